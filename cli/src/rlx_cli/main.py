@@ -1,0 +1,74 @@
+"""The `rlx` command.
+
+Only commands that work are registered. Commands that need JAX import it inside the command, so
+`rlx --help` and `rlx version` start fast and work where JAX is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rlx_cli._version import __version__
+
+__all__ = ["PACKAGES", "app"]
+
+# Every rlx distribution, in the order of the README's tour.
+PACKAGES = (
+    "rlx-core",
+    "rlx-model",
+    "rlx-paramserver",
+    "rlx-inference",
+    "rlx-trainer",
+    "rlx-verifier",
+    "rlx-controller",
+    "rlx-cli",
+)
+
+app = typer.Typer(
+    name="rlx",
+    help="rlx: reinforcement-learning post-training of LLMs on JAX, preemption-safe.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """rlx: reinforcement-learning post-training of LLMs on JAX, preemption-safe.
+
+    Run `rlx COMMAND --help` for a command's options.
+    """
+
+
+@app.command()
+def version(
+    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Show the version of every rlx package installed here."""
+    found: dict[str, str | None] = {}
+    for dist in PACKAGES:
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[dist] = None
+    if json_output:
+        import json
+
+        typer.echo(json.dumps({"packages": found, "python": platform.python_version()}))
+        return
+    table = Table(title=f"rlx {__version__} (Python {platform.python_version()})")
+    table.add_column("package")
+    table.add_column("version")
+    for dist, ver in found.items():
+        table.add_row(dist, ver if ver else "[red]not installed[/red]")
+    Console().print(table)
+
+
+def main() -> None:  # pragma: no cover - console script
+    app()

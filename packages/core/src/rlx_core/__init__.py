@@ -1,0 +1,43 @@
+"""rlx core: errors, config, storage URIs, gRPC plumbing, protos and typed clients (no JAX).
+
+Submodules load on demand so that `import rlx_core` stays cheap: `rlx_core.config`,
+`rlx_core.storage`, `rlx_core.rpc`, `rlx_core.serving`, `rlx_core.clients`, `rlx_core.lifecycle`.
+"""
+
+from rlx_core._version import __version__
+from rlx_core.errors import (
+    AlreadyExists,
+    Cancelled,
+    ConfigError,
+    Corrupt,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    RlxError,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+)
+
+__all__ = [
+    "AlreadyExists",
+    "Cancelled",
+    "ConfigError",
+    "Corrupt",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "Internal",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "RlxError",
+    "Unauthenticated",
+    "Unavailable",
+    "Unimplemented",
+    "__version__",
+]

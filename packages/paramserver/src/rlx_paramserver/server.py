@@ -1,0 +1,35 @@
+"""`rlx-paramserver`: start the paramserver gRPC server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from rlx_core.serving import run_service, service_main
+
+from rlx_paramserver.config import ParamServerConfig
+from rlx_paramserver.service import ParamServerService
+from rlx_paramserver.servicer import registrations
+
+__all__ = ["main", "serve"]
+
+
+def serve(config: ParamServerConfig, *, on_ready: Callable[[str], None] | None = None) -> int:
+    """Run the server until SIGTERM, SIGINT or a Shutdown call; return the exit code."""
+    service = ParamServerService(config)
+    return run_service(service.lifecycle, config.server, registrations(service), on_ready=on_ready)
+
+
+def _print_address(address: str) -> None:
+    print(address, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console script entry point."""
+    return service_main(
+        "paramserver", ParamServerConfig, lambda c: serve(c, on_ready=_print_address), argv
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

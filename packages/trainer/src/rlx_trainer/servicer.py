@@ -1,0 +1,20 @@
+"""The trainer's gRPC servicers: proto messages <-> TrainerService calls.
+
+RlxErrors raised by the service become gRPC statuses through rlx_core's error interceptor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+
+from rlx_trainer.service import TrainerService
+
+__all__ = ["registrations"]
+
+
+def registrations(service: TrainerService) -> list[Callable[[grpc.Server], None]]:
+    """The servicers to add to the server, besides Lifecycle (which every server has)."""
+    del service  # the trainer's own RPCs are added with the issue that builds them
+    return []

@@ -1,0 +1,82 @@
+"""The package layering of DESIGN §1: no JAX where it must not be, no service importing another.
+
+Two checks: importing every module of a no-JAX package in a fresh interpreter leaves `jax` out of
+sys.modules (catches transitive imports), and a static scan of import statements finds no service
+package importing another (catches imports inside functions too).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_JAX = ["rlx_core", "rlx_paramserver", "rlx_verifier", "rlx_controller", "rlx_cli"]
+SERVICES = ["rlx_paramserver", "rlx_inference", "rlx_trainer", "rlx_verifier", "rlx_controller"]
+SRC = {
+    "rlx_cli": ROOT / "cli/src/rlx_cli",
+    **{
+        f"rlx_{p.name}": p / "src" / f"rlx_{p.name}"
+        for p in (ROOT / "packages").iterdir()
+        if (p / "src").is_dir()
+    },
+}
+
+IMPORT_ALL = """
+import importlib, pkgutil, sys
+pkg = importlib.import_module({name!r})
+for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+    importlib.import_module(info.name)
+bad = sorted(m for m in sys.modules if m == "jax" or m.startswith(("jax.", "jaxlib", "flax")))
+print(",".join(bad))
+"""
+
+
+@pytest.mark.parametrize("name", NO_JAX)
+def test_no_jax_package_never_imports_jax(name: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL.format(name=name)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"{name} imports {result.stdout.strip()}"
+
+
+def imported_modules(package_dir: Path) -> set[tuple[str, str]]:
+    """(file, top-level module) for every import statement under package_dir."""
+    found = set()
+    for path in package_dir.rglob("*.py"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {(str(path), a.name.split(".")[0]) for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add((str(path), node.module.split(".")[0]))
+    return found
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_service_imports_no_other_service(name: str) -> None:
+    others = set(SERVICES) - {name}
+    bad = sorted(f"{f}: {m}" for f, m in imported_modules(SRC[name]) if m in others)
+    assert not bad, "services talk through rlx_core.clients, never by import:\n" + "\n".join(bad)
+
+
+def test_core_imports_no_other_rlx_package() -> None:
+    bad = sorted(
+        f"{f}: {m}"
+        for f, m in imported_modules(SRC["rlx_core"])
+        if m.startswith("rlx_") and m != "rlx_core"
+    )
+    assert not bad, bad
+
+
+def test_the_scan_sees_every_package() -> None:
+    assert set(SRC) == {*NO_JAX, "rlx_model", "rlx_inference", "rlx_trainer"}
+    assert all((d / "__init__.py").exists() for d in SRC.values())
