@@ -188,13 +188,18 @@ def _parse_args(name: str, argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _print_address(address: str) -> None:
+    print(address, flush=True)
+
+
 def service_main(
     name: str,
     config_cls: type[C],
-    serve: Callable[[C], int],
+    serve: Callable[..., int],
     argv: Sequence[str] | None = None,
 ) -> int:
-    """The body of an `rlx-NAME` console script: parse flags and config, then `serve(config)`.
+    """The body of an `rlx-NAME` console script: parse flags and config, then
+    `serve(config, on_ready=print_address)`.
 
     Configuration errors are printed as one line naming the field, with exit code 2.
     """
@@ -216,7 +221,7 @@ def service_main(
             config = load_config(config_cls, args.config, overrides=overrides)
         else:
             config = from_dict(config_cls, apply_overrides({}, overrides, cls=config_cls))
-        return serve(config)
+        return serve(config, on_ready=_print_address)
     except RlxError as e:
         print(f"rlx-{name}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

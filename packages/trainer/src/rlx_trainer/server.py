@@ -20,13 +20,9 @@ def serve(config: TrainerConfig, *, on_ready: Callable[[str], None] | None = Non
     return run_service(service.lifecycle, config.server, registrations(service), on_ready=on_ready)
 
 
-def _print_address(address: str) -> None:
-    print(address, flush=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Console script entry point."""
-    return service_main("trainer", TrainerConfig, lambda c: serve(c, on_ready=_print_address), argv)
+    return service_main("trainer", TrainerConfig, serve, argv)
 
 
 if __name__ == "__main__":

@@ -20,15 +20,9 @@ def serve(config: VerifierConfig, *, on_ready: Callable[[str], None] | None = No
     return run_service(service.lifecycle, config.server, registrations(service), on_ready=on_ready)
 
 
-def _print_address(address: str) -> None:
-    print(address, flush=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Console script entry point."""
-    return service_main(
-        "verifier", VerifierConfig, lambda c: serve(c, on_ready=_print_address), argv
-    )
+    return service_main("verifier", VerifierConfig, serve, argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from rlx_core.errors import ConfigError, Unauthenticated
+from rlx_core.rpc._handlers import rebuild
 
 __all__ = [
     "AuthClientInterceptor",
@@ -99,13 +100,7 @@ def _abort_handler(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMeth
     def reject(_request: Any, context: grpc.ServicerContext) -> Any:
         context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(reject)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(reject)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(reject)
-    return grpc.unary_unary_rpc_method_handler(reject)
+    return rebuild(handler, lambda _behavior, _streaming: reject)
 
 
 class AuthServerInterceptor(grpc.ServerInterceptor):

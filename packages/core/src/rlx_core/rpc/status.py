@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 
 from rlx_core.errors import ERROR_METADATA_KEY, RlxError, error_class_for
+from rlx_core.rpc._handlers import rebuild
 
 __all__ = ["ErrorMappingInterceptor", "from_rpc_error", "status_code_of"]
 
@@ -91,20 +92,7 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None:
             return None
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(_wrap_unary(handler.unary_unary), **kwargs)
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream), **kwargs
-            )
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(_wrap_unary(handler.stream_unary), **kwargs)
-        if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(
-                _wrap_stream(handler.stream_stream), **kwargs
-            )
-        return handler
+        return rebuild(
+            handler,
+            lambda behavior, streaming: (_wrap_stream if streaming else _wrap_unary)(behavior),
+        )
