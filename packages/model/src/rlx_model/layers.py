@@ -1,0 +1,92 @@
+"""The building blocks of the decoder, as pure functions of arrays.
+
+Conventions: activations are [batch, time, ...]; weights are stored as `x @ kernel` kernels
+([in, out], the transpose of torch.nn.Linear); norms, softmax and RoPE angles run in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlx_model.config import ModelConfig, RopeScaling
+
+__all__ = ["apply_rope", "attention", "rms_norm", "rope_frequencies", "swiglu"]
+
+_NEG = -1e30  # additive mask value; finite so fully-masked rows stay NaN-free
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """y = w * x / sqrt(mean(x^2) + eps), computed in float32, returned in x's dtype."""
+    xf = x.astype(jnp.float32)
+    normed = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (weight.astype(jnp.float32) * normed).astype(x.dtype)
+
+
+def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
+    """Inverse frequencies theta^(-2i/d) for i < d/2, with Llama 3 scaling when configured.
+
+    Llama 3: wavelengths longer than original_max / low_freq_factor are divided by `factor`,
+    shorter than original_max / high_freq_factor kept, and those between interpolated smoothly.
+    """
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d)))
+    inv = inv.astype(np.float32)
+    s: RopeScaling | None = cfg.rope_scaling
+    if s is None:
+        return inv
+    orig = s.original_max_position_embeddings
+    low_wavelen = orig / s.low_freq_factor
+    high_wavelen = orig / s.high_freq_factor
+    wavelen = 2 * math.pi / inv
+    scaled = np.where(wavelen > low_wavelen, inv / s.factor, inv)
+    smooth = (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+    """Rotate x [B, T, heads, d] by its positions [B, T] (the half-split "rotate_half" layout)."""
+    angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, T, d/2]
+    cos = jnp.cos(jnp.concatenate([angles, angles], axis=-1))[:, :, None, :]
+    sin = jnp.sin(jnp.concatenate([angles, angles], axis=-1))[:, :, None, :]
+    xf = x.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-xf[..., half:], xf[..., :half]], axis=-1)
+    return (xf * cos + rotated * sin).astype(x.dtype)
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+    k_valid: jax.Array,
+) -> jax.Array:
+    """Causal grouped-query attention.
+
+    q [B, T, H, d]; k, v [B, S, K, d] with H a multiple of K; query t sees key s iff
+    k_positions[s] <= q_positions[t] and k_valid[s]. The keys may be the same tokens (prefill) or
+    a cache (decode): the caller decides; this function only masks by position.
+    Returns [B, T, H, d].
+    """
+    b, t, h, d = q.shape
+    kv = k.shape[2]
+    qg = q.reshape(b, t, kv, h // kv, d)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = scores * (1.0 / math.sqrt(d))
+    allowed = (k_positions[:, None, :] <= q_positions[:, :, None]) & k_valid[:, None, :]
+    scores = jnp.where(allowed[:, None, None, :, :], scores, _NEG)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v, preferred_element_type=jnp.float32)
+    return out.reshape(b, t, h, d).astype(q.dtype)
+
+
+def swiglu(x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array) -> jax.Array:
+    """down(silu(x @ gate) * (x @ up))."""
+    return (jax.nn.silu(x @ gate) * (x @ up)) @ down
