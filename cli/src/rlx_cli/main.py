@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlx_cli._version import __version__
+from rlx_cli.model_cmd import model_app
 
 __all__ = ["PACKAGES", "app"]
 
@@ -36,6 +37,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+app.add_typer(model_app, name="model")
 
 
 @app.callback()

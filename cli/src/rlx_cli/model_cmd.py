@@ -1,0 +1,158 @@
+"""`rlx model score` and `rlx model generate`: run a checkpoint directly, without services.
+
+JAX and rlx_model are imported inside the commands, so `rlx --help` stays fast and JAX-free.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rlx_core.errors import InvalidArgument, RlxError
+
+__all__ = ["model_app"]
+
+model_app = typer.Typer(
+    help="Score and sample with a model checkpoint (HF directory: config.json + safetensors).",
+    no_args_is_help=True,
+)
+
+_BUCKET = 64  # sequence lengths are padded to a multiple of this, so few shapes get compiled
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"rlx model: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _load(checkpoint: Path, dtype: str) -> tuple[Any, Any, Any]:
+    from rlx_model import load_checkpoint, load_tokenizer
+
+    cfg, params = load_checkpoint(checkpoint, param_dtype=dtype, compute_dtype=dtype)
+    return cfg, params, load_tokenizer(checkpoint)
+
+
+def _ids_of(record: dict[str, Any], key: str, tokenizer: Any, where: str) -> list[int]:
+    if f"{key}_ids" in record:
+        ids = record[f"{key}_ids"]
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            raise InvalidArgument(f"{where}: {key}_ids must be a list of integers")
+        return ids
+    if key in record:
+        if tokenizer is None:
+            raise InvalidArgument(
+                f"{where}: {key!r} is text but the checkpoint has no tokenizer.json; "
+                f"give {key}_ids instead"
+            )
+        return list(tokenizer.encode(record[key]))
+    raise InvalidArgument(f"{where}: needs {key}_ids (or {key} with a tokenizer)")
+
+
+@model_app.command()
+def score(
+    checkpoint: Path = typer.Argument(..., help="HF checkpoint directory."),
+    input: Path = typer.Option(
+        ...,
+        "--input",
+        help='JSONL: {"prompt_ids": [...], "completion_ids": [...]} or {"prompt", "completion"}.',
+    ),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write here, not stdout."),
+    dtype: str = typer.Option("float32", help="float32 or bfloat16 (params and compute)."),
+) -> None:
+    """Log-probability of each completion token given everything before it, one line per input:
+    {"logprobs": [...]}."""
+    if dtype not in ("float32", "bfloat16"):
+        _fail(f"--dtype must be float32 or bfloat16, got {dtype!r}")
+    try:
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+        from rlx_model import token_logprobs
+
+        cfg, params, tokenizer = _load(checkpoint, dtype)
+        scorer = jax.jit(token_logprobs, static_argnums=(1,))
+        sink = open(output, "w") if output else sys.stdout  # noqa: SIM115 - stdout is not ours
+        try:
+            with open(input) as lines:
+                for n, line in enumerate(lines, 1):
+                    if not line.strip():
+                        continue
+                    where = f"{input}:{n}"
+                    try:
+                        record = json.loads(line)
+                    except ValueError as e:
+                        raise InvalidArgument(f"{where}: not JSON: {e}") from None
+                    prompt = _ids_of(record, "prompt", tokenizer, where)
+                    completion = _ids_of(record, "completion", tokenizer, where)
+                    if not prompt or not completion:
+                        raise InvalidArgument(f"{where}: prompt and completion must be non-empty")
+                    seq = prompt + completion
+                    bad = [i for i in seq if not 0 <= i < cfg.vocab_size]
+                    if bad:
+                        raise InvalidArgument(
+                            f"{where}: ids {bad[:5]} outside the vocabulary [0, {cfg.vocab_size})"
+                        )
+                    length = -(-len(seq) // _BUCKET) * _BUCKET
+                    tokens = np.zeros((1, length), np.int32)
+                    tokens[0, : len(seq)] = seq
+                    targets = np.roll(tokens, -1, axis=1)
+                    logp, _ = scorer(params, cfg, jnp.asarray(tokens), jnp.asarray(targets))
+                    start = len(prompt) - 1
+                    values = np.asarray(logp[0, start : start + len(completion)])
+                    sink.write(json.dumps({"logprobs": [float(v) for v in values]}) + "\n")
+        finally:
+            if sink is not sys.stdout:
+                sink.close()
+    except (RlxError, OSError) as e:
+        _fail(str(e))
+
+
+@model_app.command()
+def generate(
+    checkpoint: Path = typer.Argument(..., help="HF checkpoint directory."),
+    prompt_ids: str | None = typer.Option(None, help="Comma-separated token ids: 1,2,3."),
+    prompt: str | None = typer.Option(None, help="Prompt text (needs the checkpoint's tokenizer)."),
+    max_new_tokens: int = typer.Option(..., min=1, help="How many tokens to generate at most."),
+    greedy: bool = typer.Option(False, "--greedy", help="Always take the most likely token."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature, > 0."),
+    top_p: float = typer.Option(1.0, help="Nucleus sampling mass, (0, 1]."),
+    top_k: int = typer.Option(0, help="Keep the k most likely tokens; 0 keeps all."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    stop_at_eos: bool = typer.Option(True, help="Stop at the checkpoint's EOS token."),
+    dtype: str = typer.Option("float32", help="float32 or bfloat16."),
+    json_output: bool = typer.Option(False, "--json", help='Print {"ids": [...], "text": ...}.'),
+) -> None:
+    """Generate a continuation of a prompt."""
+    if (prompt_ids is None) == (prompt is None):
+        _fail("give exactly one of --prompt-ids and --prompt")
+    try:
+        from rlx_model import SamplingParams
+        from rlx_model import generate as run
+
+        cfg, params, tokenizer = _load(checkpoint, dtype)
+        if prompt_ids is not None:
+            try:
+                ids = [int(x) for x in prompt_ids.split(",") if x.strip()]
+            except ValueError:
+                raise InvalidArgument(f"--prompt-ids must be integers: {prompt_ids!r}") from None
+        else:
+            if tokenizer is None:
+                raise InvalidArgument(
+                    f"{checkpoint} has no tokenizer.json; use --prompt-ids instead of --prompt"
+                )
+            ids = tokenizer.encode(prompt)
+        sampling = SamplingParams(
+            greedy=greedy, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
+        )
+        stops = (tokenizer.eos_token_ids if tokenizer else cfg.eos_token_ids) if stop_at_eos else ()
+        out, _ = run(params, cfg, ids, max_new_tokens, sampling, stop_ids=stops)
+    except RlxError as e:
+        _fail(str(e))
+    text = tokenizer.decode(out) if tokenizer is not None else None
+    if json_output:
+        typer.echo(json.dumps({"ids": out, "text": text}))
+    else:
+        typer.echo(text if text is not None else ",".join(map(str, out)))
