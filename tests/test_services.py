@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from rlx_core.clients import LifecycleClient
 from rlx_core.errors import Unauthenticated
 from rlx_core.lifecycle import State

@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlx_cli.main import PACKAGES, app
 from typer.testing import CliRunner
+
+from rlx_cli.main import PACKAGES, app
 
 RLX = Path(sys.executable).parent / "rlx"
 

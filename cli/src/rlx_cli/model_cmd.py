@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+
 from rlx_core.errors import InvalidArgument, RlxError
 
 __all__ = ["model_app"]
@@ -70,6 +71,7 @@ def score(
         import jax
         import jax.numpy as jnp
         import numpy as np
+
         from rlx_model import token_logprobs
 
         cfg, params, tokenizer = _load(checkpoint, dtype)

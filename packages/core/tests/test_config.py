@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+
 from rlx_core.config import (
     Override,
     apply_overrides,

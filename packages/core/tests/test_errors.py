@@ -2,6 +2,7 @@
 
 import grpc
 import pytest
+
 from rlx_core import errors
 from rlx_core.errors import ConfigError, RlxError, error_class_for
 from rlx_core.rpc.status import status_code_of

@@ -1,6 +1,7 @@
 """The Lifecycle state machine (plain Python)."""
 
 import pytest
+
 from rlx_core.errors import FailedPrecondition
 from rlx_core.lifecycle import Lifecycle, State
 

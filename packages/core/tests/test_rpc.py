@@ -15,6 +15,7 @@ import grpc
 import ml_dtypes
 import numpy as np
 import pytest
+
 from rlx_core import errors
 from rlx_core.clients import LifecycleClient
 from rlx_core.lifecycle import Lifecycle, State

@@ -5,11 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from rlx_core.serving import run_service, service_main
-
 from rlx_controller.config import ControllerConfig
 from rlx_controller.service import ControllerService
 from rlx_controller.servicer import registrations
+from rlx_core.serving import run_service, service_main
 
 __all__ = ["main", "serve"]
 

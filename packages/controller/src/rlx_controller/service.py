@@ -6,10 +6,9 @@ builds this service; until then the service runs its lifecycle and answers healt
 
 from __future__ import annotations
 
-from rlx_core.lifecycle import Lifecycle
-
 from rlx_controller._version import __version__
 from rlx_controller.config import ControllerConfig
+from rlx_core.lifecycle import Lifecycle
 
 __all__ = ["ControllerService"]
 

@@ -6,7 +6,6 @@ import sys
 from collections.abc import Callable, Sequence
 
 from rlx_core.serving import run_service, service_main
-
 from rlx_inference.config import InferenceConfig
 from rlx_inference.service import InferenceService
 from rlx_inference.servicer import registrations

@@ -15,8 +15,8 @@ from typing import Any
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from rlx_core.errors import ConfigError, InvalidArgument, NotFound
 
+from rlx_core.errors import ConfigError, InvalidArgument, NotFound
 from rlx_model.config import ModelConfig
 from rlx_model.decoder import Params, param_shapes, unflatten
 from rlx_model.families import config_from_hf, get_family

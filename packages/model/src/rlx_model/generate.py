@@ -15,8 +15,8 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-from rlx_core.errors import InvalidArgument
 
+from rlx_core.errors import InvalidArgument
 from rlx_model.config import ModelConfig
 from rlx_model.decoder import KVCache, Params, forward, init_cache, logits
 
@@ -42,6 +42,7 @@ class SamplingParams:
             raise InvalidArgument(f"top_k must be >= 0, got {self.top_k}")
 
 
+@partial(jax.jit, static_argnames=("params",))
 def sample_logits(
     row_logits: jax.Array, key: jax.Array, params: SamplingParams
 ) -> tuple[jax.Array, jax.Array]:
@@ -109,13 +110,12 @@ def generate(
     cache = init_cache(cfg, 1, -(-total // 64) * 64)  # bucketed: fewer recompiles
     row_logits, cache = _prefill(params, cfg, jnp.asarray([prompt_ids], jnp.int32), cache)
     base = jax.random.PRNGKey(sampling.seed)
-    sample = jax.jit(partial(sample_logits, params=sampling))
     out: list[int] = []
     logps: list[float] = []
     position = len(prompt_ids)
     stops = set(stop_ids)
     while True:
-        token, logp = sample(row_logits[0], jax.random.fold_in(base, position))
+        token, logp = sample_logits(row_logits[0], jax.random.fold_in(base, position), sampling)
         out.append(int(token))
         logps.append(float(logp))
         if out[-1] in stops or len(out) == max_new_tokens:

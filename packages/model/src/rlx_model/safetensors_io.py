@@ -15,6 +15,7 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+
 from rlx_core.errors import Corrupt, InvalidArgument
 
 __all__ = ["SafetensorsFile", "write_safetensors"]

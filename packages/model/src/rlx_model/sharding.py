@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from rlx_core.errors import ConfigError
 
+from rlx_core.errors import ConfigError
 from rlx_model.config import ModelConfig
 from rlx_model.decoder import Params
 from rlx_model.families import get_family

@@ -6,7 +6,6 @@ import sys
 from collections.abc import Callable, Sequence
 
 from rlx_core.serving import run_service, service_main
-
 from rlx_paramserver.config import ParamServerConfig
 from rlx_paramserver.service import ParamServerService
 from rlx_paramserver.servicer import registrations

@@ -8,7 +8,6 @@ answers health checks.
 from __future__ import annotations
 
 from rlx_core.lifecycle import Lifecycle
-
 from rlx_paramserver._version import __version__
 from rlx_paramserver.config import ParamServerConfig
 

@@ -6,7 +6,6 @@ import sys
 from collections.abc import Callable, Sequence
 
 from rlx_core.serving import run_service, service_main
-
 from rlx_trainer.config import TrainerConfig
 from rlx_trainer.service import TrainerService
 from rlx_trainer.servicer import registrations

@@ -8,7 +8,6 @@ checks.
 from __future__ import annotations
 
 from rlx_core.lifecycle import Lifecycle
-
 from rlx_trainer._version import __version__
 from rlx_trainer.config import TrainerConfig
 

@@ -6,7 +6,6 @@ import sys
 from collections.abc import Callable, Sequence
 
 from rlx_core.serving import run_service, service_main
-
 from rlx_verifier.config import VerifierConfig
 from rlx_verifier.service import VerifierService
 from rlx_verifier.servicer import registrations

@@ -7,7 +7,6 @@ this service; until then the service runs its lifecycle and answers health check
 from __future__ import annotations
 
 from rlx_core.lifecycle import Lifecycle
-
 from rlx_verifier._version import __version__
 from rlx_verifier.config import VerifierConfig
 

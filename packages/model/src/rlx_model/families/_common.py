@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlx_core.errors import ConfigError
-
 from rlx_model.config import ModelConfig, RopeScaling
 
 __all__ = ["BASE_SPECS", "BASE_WEIGHTS", "Family", "WeightSpec", "common_fields"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from rlx_core.errors import ConfigError
-
 from rlx_model.config import ModelConfig
 from rlx_model.families._common import BASE_SPECS, BASE_WEIGHTS, Family, common_fields
 
