@@ -55,7 +55,11 @@ class HFTokenizer:
         self.config: dict[str, Any] = (
             json.loads(config_path.read_text()) if config_path.is_file() else {}
         )
-        self.chat_template: str | None = self.config.get("chat_template")
+        # transformers >= 5 saves the template to its own file; older checkpoints embed it
+        template_file = directory / "chat_template.jinja"
+        self.chat_template: str | None = self.config.get("chat_template") or (
+            template_file.read_text() if template_file.is_file() else None
+        )
         eos = self._token_text(self.config.get("eos_token"))
         eos_id = self._tok.token_to_id(eos) if eos else None
         self.eos_token_ids: tuple[int, ...] = (eos_id,) if eos_id is not None else ()
