@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ def test_exists_and_delete(storage_root: str) -> None:
     assert st.exists("x/y") and not st.exists("x/z")
     st.delete("x/y")
     assert not st.exists("x/y") and st.list() == []
-    with pytest.raises(NotFound, match=f"no object at {join_uri(st.uri, 'x/y')}"):
+    with pytest.raises(NotFound, match=re.escape(f"no object at {join_uri(st.uri, 'x/y')}")):
         st.delete("x/y")
     st.delete("x/y", missing_ok=True)
 
@@ -65,7 +66,7 @@ def test_exists_and_delete(storage_root: str) -> None:
 def test_missing_key_names_the_full_uri(storage_root: str, tmp_path: Path) -> None:
     st = open_storage(storage_root)
     uri = join_uri(st.uri, "nope/missing.bin")
-    with pytest.raises(NotFound, match=f"no object at {uri}"):
+    with pytest.raises(NotFound, match=re.escape(f"no object at {uri}")):
         st.get("nope/missing.bin")
     with pytest.raises(NotFound, match="missing.bin"):
         st.get_file("nope/missing.bin", tmp_path / "d")
