@@ -68,9 +68,9 @@ def test_missing_key_names_the_full_uri(storage_root: str, tmp_path: Path) -> No
     uri = join_uri(st.uri, "nope/missing.bin")
     with pytest.raises(NotFound, match=re.escape(f"no object at {uri}")):
         st.get("nope/missing.bin")
-    with pytest.raises(NotFound, match="missing.bin"):
+    with pytest.raises(NotFound, match=r"missing\.bin"):
         st.get_file("nope/missing.bin", tmp_path / "d")
-    with pytest.raises(NotFound, match="missing.bin"):
+    with pytest.raises(NotFound, match=r"missing\.bin"):
         st.open_read("nope/missing.bin")
     assert not (tmp_path / "d").exists()
 
