@@ -31,7 +31,7 @@ import importlib, pkgutil, sys
 pkg = importlib.import_module({name!r})
 for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
     importlib.import_module(info.name)
-bad = sorted(m for m in sys.modules if m == "jax" or m.startswith(("jax.", "jaxlib", "flax")))
+bad = sorted({m.split(".")[0] for m in sys.modules} & {"jax", "jaxlib", "flax", "optax", "orbax"})
 print(",".join(bad))
 """
 
