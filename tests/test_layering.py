@@ -31,7 +31,8 @@ import importlib, pkgutil, sys
 pkg = importlib.import_module({name!r})
 for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
     importlib.import_module(info.name)
-bad = sorted({m.split(".")[0] for m in sys.modules} & {"jax", "jaxlib", "flax", "optax", "orbax"})
+heavy = set(["jax", "jaxlib", "flax", "optax", "orbax"])
+bad = sorted(set(m.split(".")[0] for m in sys.modules) & heavy)
 print(",".join(bad))
 """
 
