@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from rlx_core.errors import InvalidArgument
 
-__all__ = ["COMMIT_MARKER", "Storage", "Transaction", "check_key", "join_uri"]
+__all__ = ["COMMIT_MARKER", "Storage", "Transaction", "atomic_download", "check_key", "join_uri"]
 
 COMMIT_MARKER = "_COMMITTED"
 _STREAM_CHUNK = 8 << 20
@@ -24,6 +24,20 @@ def join_uri(base: str, key: str) -> str:
     if not key:
         return base
     return base.rstrip("/") + "/" + key.lstrip("/")
+
+
+@contextlib.contextmanager
+def atomic_download(path: str) -> Iterator[str]:
+    """A temporary name next to `path` to download into; renamed to `path` only on success."""
+    import secrets
+
+    tmp = f"{path}.rlx-tmp-{secrets.token_hex(6)}"
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def check_key(key: str, *, allow_empty: bool = False) -> str:

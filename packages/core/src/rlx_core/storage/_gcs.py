@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from collections.abc import Iterator
 from typing import IO, Any
 
 from rlx_core.errors import NotFound, PermissionDenied, RlxError, Unavailable
-from rlx_core.storage._base import Storage, join_uri
+from rlx_core.storage._base import Storage, atomic_download, join_uri
 
 
 class GCSStorage(Storage):
@@ -85,16 +84,8 @@ class GCSStorage(Storage):
             )
 
     def _get_file(self, key: str, path: str) -> None:
-        tmp = f"{path}.rlx-tmp-{secrets.token_hex(6)}"
-        try:
-            with self._errors(key):
-                self._blob(key).download_to_filename(
-                    tmp, timeout=self._timeout_s, retry=self._retry
-                )
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        with atomic_download(path) as tmp, self._errors(key):
+            self._blob(key).download_to_filename(tmp, timeout=self._timeout_s, retry=self._retry)
 
     def _open_read(self, key: str) -> IO[bytes]:
         with self._errors(key):

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from collections.abc import Iterator
 from typing import IO, Any, NoReturn
 
 from rlx_core.errors import NotFound, PermissionDenied, RlxError, Unavailable
-from rlx_core.storage._base import Storage, join_uri
+from rlx_core.storage._base import Storage, atomic_download, join_uri
 
 _MISSING_KEY = {"NoSuchKey", "404", "NotFound"}
 _DENIED = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
@@ -90,14 +89,8 @@ class S3Storage(Storage):
             return bytes(body.read())
 
     def _get_file(self, key: str, path: str) -> None:
-        tmp = f"{path}.rlx-tmp-{secrets.token_hex(6)}"
-        try:
-            with self._errors(key):
-                self._client.download_file(self.bucket, self._key(key), tmp)
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        with atomic_download(path) as tmp, self._errors(key):
+            self._client.download_file(self.bucket, self._key(key), tmp)
 
     def _open_read(self, key: str) -> IO[bytes]:
         with self._errors(key):

@@ -1,8 +1,4 @@
-"""Typed clients of every rlx service. Services never import each other; they talk through these.
-
-Today: the Lifecycle service all servers expose. Each service's own client joins this module in
-the issue that builds its methods.
-"""
+"""The client of the Lifecycle service every rlx server exposes."""
 
 from __future__ import annotations
 

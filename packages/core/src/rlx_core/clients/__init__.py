@@ -1,0 +1,8 @@
+"""Typed clients of every rlx service. Services never import each other; they talk through these.
+
+One module per service; each joins `__all__` here in the issue that builds that service.
+"""
+
+from rlx_core.clients.lifecycle import LifecycleClient
+
+__all__ = ["LifecycleClient"]
