@@ -130,3 +130,42 @@ def test_bad_config_exits_2_naming_the_field(
     assert result.returncode == 2
     assert result.stdout == ""
     assert expected in result.stderr and "ConfigError" in result.stderr
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_service_object_serves_in_process(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same service without a subprocess: config from a dict, the Service object, and the
+    serving loop in a thread; Shutdown over gRPC ends it with exit code 0."""
+    import importlib
+    import threading
+
+    from rlx_core.config import from_dict
+    from rlx_core.serving import run_service
+
+    monkeypatch.setenv("RLX_TOKEN", TOKEN)
+    package = importlib.import_module(f"rlx_{name}")
+    config_cls = next(getattr(package, n) for n in package.__all__ if n.endswith("Config"))
+    service_cls = next(getattr(package, n) for n in package.__all__ if n.endswith("Service"))
+    config = from_dict(config_cls, {"server": {"port": 0, "grace_s": 0.1}})
+    service = service_cls(config)
+    assert service.lifecycle.state is State.PENDING and service.lifecycle.service == name
+    ready = threading.Event()
+    addresses: list[str] = []
+    codes: list[int] = []
+
+    def on_ready(address: str) -> None:
+        addresses.append(address)
+        ready.set()
+
+    thread = threading.Thread(
+        target=lambda: codes.append(
+            run_service(service.lifecycle, config.server, on_ready=on_ready, install_signals=False)
+        )
+    )
+    thread.start()
+    assert ready.wait(30)
+    with LifecycleClient(addresses[0], token=TOKEN) as client:
+        assert client.status().state is State.READY
+        client.shutdown("done", grace_s=0.1)
+    thread.join(30)
+    assert codes == [0] and service.lifecycle.state is State.STOPPED
