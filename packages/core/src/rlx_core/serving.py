@@ -13,7 +13,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol, TypeVar
 
@@ -33,7 +33,6 @@ __all__ = [
     "service_main",
     "status_from_proto",
     "status_to_proto",
-    "with_server",
 ]
 
 log = logging.getLogger(__name__)
@@ -226,7 +225,3 @@ def service_main(
         print(f"rlx-{name}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
 
-
-def with_server(config: C, **changes: Any) -> C:
-    """A copy of a service config with fields of its `server` section replaced (tests, tools)."""
-    return replace(config, server=replace(config.server, **changes))  # type: ignore[type-var]
