@@ -1,5 +1,5 @@
 """Real object-storage servers on 127.0.0.1 for the storage suite: moto's S3 server and
-gcp-storage-emulator, one each per test session."""
+gcp-storage-emulator, one each per test session, and a fresh bucket per test."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 
 def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound once, then released)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -20,45 +21,79 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[str]:
+    """moto's S3 server in a thread; yields its endpoint URL."""
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    host, port = server.get_host_and_port()
+    host, port = server.get_host_and_port()  # the port the OS gave to port=0
     yield f"http://{host}:{port}"
     server.stop()
 
 
 @pytest.fixture(scope="session")
 def gcs_server() -> Iterator[str]:
+    """gcp-storage-emulator in a thread, in-memory; yields its endpoint URL."""
     from gcp_storage_emulator.server import create_server
 
-    port = free_port()
+    logging.getLogger("gcp_storage_emulator").setLevel(logging.ERROR)
+    logging.getLogger("api.object").setLevel(logging.ERROR)
+    port = free_port()  # the emulator does not report the port it bound, so choose one
     server = create_server("127.0.0.1", port, in_memory=True)
     server.start()
     yield f"http://127.0.0.1:{port}"
     server.stop()
 
 
+def _isolate_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No AWS settings from the machine: no profile, config file, or metadata service."""
+    for var in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture
+def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """Point boto3 at the moto server with test credentials; returns the endpoint."""
+    _isolate_aws(monkeypatch, tmp_path)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    return s3_server
+
+
+@pytest.fixture
+def gcs_env(gcs_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point google-cloud-storage at the emulator; returns the endpoint."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server)
+    return gcs_server
+
+
+@pytest.fixture
+def no_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """AWS settings isolated from the machine, with no credentials at all."""
+    _isolate_aws(monkeypatch, tmp_path)
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+
+
 @pytest.fixture(params=["local", "s3", "gcs"])
-def storage_root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch) -> str:
-    """A fresh, empty root URI on each backend (a new bucket per test)."""
+def storage_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty root URI on each backend: a new directory, or a prefix in a new bucket."""
     bucket = f"rlx-{uuid.uuid4().hex[:12]}"
     if request.param == "local":
         return str(tmp_path / "root")
     if request.param == "s3":
-        endpoint = request.getfixturevalue("s3_server")
-        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
         import boto3
 
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+        endpoint = request.getfixturevalue("s3_env")
+        boto3.session.Session().client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
         return f"s3://{bucket}/runs/r1"
-    endpoint = request.getfixturevalue("gcs_server")
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+    request.getfixturevalue("gcs_env")
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
