@@ -12,7 +12,7 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol, TypeVar
@@ -166,7 +166,9 @@ def run_service(
     return 0
 
 
-def _parse_args(name: str, argv: Sequence[str] | None) -> argparse.Namespace:
+def _parse_args(
+    name: str, argv: Sequence[str] | None, extra_flags: Mapping[str, tuple[str, str]]
+) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=f"rlx-{name}",
         description=f"Start the rlx {name} gRPC server. Prints its address (host:port) as the "
@@ -184,6 +186,8 @@ def _parse_args(name: str, argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, help="port to bind; 0 picks a free one (default 0)")
     parser.add_argument("--token-file", help="file holding the bearer token")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    for flag, (key, help_text) in extra_flags.items():
+        parser.add_argument(flag, dest=f"extra:{key}", metavar="VALUE", help=help_text)
     return parser.parse_args(argv)
 
 
@@ -196,15 +200,21 @@ def service_main(
     config_cls: type[C],
     serve: Callable[..., int],
     argv: Sequence[str] | None = None,
+    *,
+    extra_flags: Mapping[str, tuple[str, str]] | None = None,
 ) -> int:
     """The body of an `rlx-NAME` console script: parse flags and config, then
     `serve(config, on_ready=print_address)`.
+
+    `extra_flags` adds service flags as shorthands for `--set`: `{"--max-versions":
+    ("max_versions", "help text")}` makes `--max-versions 3` mean `--set max_versions=3`.
 
     Configuration errors are printed as one line naming the field, with exit code 2.
     """
     from rlx_core.config import apply_overrides, from_dict, load_config
 
-    args = _parse_args(name, argv)
+    extra = dict(extra_flags or {})
+    args = _parse_args(name, argv, extra)
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
@@ -215,6 +225,10 @@ def service_main(
         value = getattr(args, flag)
         if value is not None:
             overrides.append(f"server.{key}={value}")
+    for key, _help in extra.values():
+        value = getattr(args, f"extra:{key}")
+        if value is not None:
+            overrides.append(f"{key}={value}")
     try:
         if args.config:
             config = load_config(config_cls, args.config, overrides=overrides)
@@ -224,4 +238,3 @@ def service_main(
     except RlxError as e:
         print(f"rlx-{name}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlx_core.errors import ConfigError
 from rlx_core.serving import ServerConfig
 
 __all__ = ["ParamServerConfig"]
@@ -14,3 +15,18 @@ class ParamServerConfig:
     """Everything `rlx-paramserver` reads from its TOML file and flags."""
 
     server: ServerConfig = field(default_factory=ServerConfig)  # where and how it listens
+    replica_id: int = 0  # this replica's index among the R replicas, >= 0 (shown in Versions)
+    max_versions: int = 2  # committed versions kept in memory at most, >= 1
+    chunk_kib: int = 8192  # target storage chunk size, KiB, >= 1 (8 MiB reads fastest: DESIGN §10)
+    shared_memory: bool = True  # accept the same-host fast path through /dev/shm segments
+    max_push_wait_s: float = 3600.0  # cap on waiting for room when a push has no deadline, s >= 0
+
+    def __post_init__(self) -> None:
+        if self.replica_id < 0:
+            raise ConfigError("must be >= 0", field="replica_id", value=self.replica_id)
+        if self.max_versions < 1:
+            raise ConfigError("must be >= 1", field="max_versions", value=self.max_versions)
+        if self.chunk_kib < 1:
+            raise ConfigError("must be >= 1", field="chunk_kib", value=self.chunk_kib)
+        if self.max_push_wait_s < 0:
+            raise ConfigError("must be >= 0", field="max_push_wait_s", value=self.max_push_wait_s)

@@ -1,22 +1,550 @@
 """The paramserver service's logic, as plain Python (no grpc here).
 
-Versioned weights in host memory (TensorStore): push, pull, confirm, garbage-collect. The methods
-arrive with the issue that builds this service; until then the service runs its lifecycle and
-answers health checks.
+Versioned weights in host memory (TensorStore): push (staged), commit (visible all at once),
+pull, confirm, drop, and garbage collection.
+
+Rules:
+- At most `max_versions` committed versions are kept. With registered consumers (anyone who ever
+  called `confirm`), a version v is deleted once every consumer has confirmed a version > v,
+  always keeping the newest. Without consumers, committing a version evicts the oldest ones
+  beyond `max_versions`.
+- A push is admitted only if, once committed, the server could still keep at most
+  `max_versions`: versions every consumer has passed count as freeable, staged ones count as
+  kept. Otherwise it waits for confirmations or drops up to its deadline, then fails with
+  `ResourceExhausted` naming the versions held and the consumers that have not confirmed.
+  So while N versions are held, at most one more is being received: peak memory is about
+  (N + 1) versions.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hmac
+import logging
+import mmap
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlx_core.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 from rlx_core.lifecycle import Lifecycle
 from rlx_paramserver._version import __version__
 from rlx_paramserver.config import ParamServerConfig
+from rlx_paramserver.store import (
+    TensorMeta,
+    TensorWriter,
+    Version,
+    chunk_shape_for,
+    dtype_of,
+    parse_box,
+)
 
-__all__ = ["ParamServerService"]
+__all__ = [
+    "ParamServerService",
+    "PullPlan",
+    "PushSession",
+    "TensorDecl",
+    "VersionSummary",
+    "VersionsSummary",
+]
+
+log = logging.getLogger(__name__)
+
+SHM_DIR = "/dev/shm"
+SHM_PREFIX = "rlx-ps-"
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """What a pusher declares about one tensor before sending its bytes."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    shard_axis: int = 0
+
+
+@dataclass(frozen=True)
+class VersionSummary:
+    version: int
+    nbytes: int
+    created: float
+    num_tensors: int
+    confirmed_by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class VersionsSummary:
+    versions: tuple[VersionSummary, ...]
+    consumers: dict[str, int]
+    staged: tuple[int, ...]
+    replica_id: int
+    max_versions: int
+    instance_id: str
+    started: float
+    bytes_read: int
+
+
+@dataclass
+class PullPlan:
+    """What a pull sends: the version, the manifest entries, and a box per tensor."""
+
+    version: Version
+    metas: list[TensorMeta]
+    boxes: dict[str, tuple[slice, ...] | None] = field(default_factory=dict)
+
+    def out_shape(self, meta: TensorMeta) -> tuple[int, ...]:
+        box = self.boxes.get(meta.name)
+        return meta.shape if box is None else tuple(s.stop - s.start for s in box)
+
+    def out_nbytes(self, meta: TensorMeta) -> int:
+        return int(np.prod(self.out_shape(meta), dtype=np.int64)) * meta.dtype.itemsize
+
+    def slabs(self, meta: TensorMeta) -> Iterator[np.ndarray]:
+        return self.version.slabs(meta.name, self.boxes.get(meta.name))
+
+
+class PushSession:
+    """One version being received. Feed bytes per tensor, then `finish()` to stage it."""
+
+    def __init__(self, service: ParamServerService, version: Version, block_bytes: int) -> None:
+        self._service = service
+        self.version = version
+        self._writers = {name: TensorWriter(version, name, block_bytes) for name in version.metas}
+        self._closed = False
+
+    def meta(self, name: str) -> TensorMeta:
+        meta = self.version.metas.get(name)
+        if meta is None:
+            raise InvalidArgument(
+                f"version {self.version.version}: tensor {name!r} is not in the push header"
+            )
+        return meta
+
+    def write(self, name: str, offset: int, data: bytes | memoryview | np.ndarray) -> None:
+        """Add bytes of tensor `name` at `offset` (each tensor's bytes arrive in order)."""
+        self.meta(name)
+        if isinstance(data, np.ndarray):
+            view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
+        else:
+            view = memoryview(data).cast("B")
+        self._writers[name].feed(offset, view)
+
+    def write_shm(self, path: str, entries: Sequence[tuple[str, int, int]]) -> None:
+        """Read every tensor from a same-host segment the client wrote: (name, offset, nbytes)."""
+        if not self._service.config.shared_memory:
+            raise FailedPrecondition("this paramserver has shared memory disabled")
+        fd = _open_segment(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                raise InvalidArgument(f"shared-memory segment {path!r} is empty")
+            # not closed explicitly: TensorStore may still hold a view for a moment; the
+            # mapping goes with its last reference
+            mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            buf = memoryview(mm)
+            for name, offset, nbytes in entries:
+                meta = self.meta(name)
+                if nbytes != meta.nbytes or offset + nbytes > size:
+                    raise InvalidArgument(
+                        f"tensor {name!r}: segment entry of {nbytes} bytes at {offset} "
+                        f"does not match the declared {meta.nbytes} bytes (segment {size} bytes)"
+                    )
+                # in pieces, each unmapped from this process once stored, so the client's
+                # segment does not add to the server's resident memory
+                for start in range(0, nbytes, _SHM_PIECE):
+                    end = min(nbytes, start + _SHM_PIECE)
+                    self._writers[name].feed(start, buf[offset + start : offset + end])
+                    _release_pages(mm, offset + start, offset + end)
+        finally:
+            os.close(fd)
+
+    def finish(self) -> int:
+        """Check every declared tensor arrived in full, then stage the version; its byte count."""
+        missing = [
+            f"{w.meta.name} ({w.received}/{w.meta.nbytes} bytes)"
+            for w in self._writers.values()
+            if not w.done
+        ]
+        if missing:
+            raise InvalidArgument(
+                f"version {self.version.version}: push ended before all tensors arrived: "
+                + ", ".join(missing[:10])
+                + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+            )
+        self._closed = True
+        self._service._staged_complete(self.version)
+        return self.version.nbytes
+
+    def abort(self) -> None:
+        """Forget the version (the push failed or was cancelled)."""
+        if not self._closed:
+            self._closed = True
+            self._service._abort_push(self.version.version)
+
+
+_SHM_PIECE = 8 << 20
+_SHM_ALIGN = 64  # every tensor in a segment starts at a multiple of this
+
+
+def _aligned(n: int) -> int:
+    return (n + _SHM_ALIGN - 1) // _SHM_ALIGN * _SHM_ALIGN
+
+
+def _release_pages(mm: mmap.mmap, start: int, end: int) -> None:
+    """Drop this process's mapping of the whole pages inside [start, end) (the data stays in the
+    segment); it only lowers resident memory, so failure is harmless."""
+    page = mmap.PAGESIZE
+    lo = (start + page - 1) // page * page
+    hi = end // page * page
+    if hi > lo:
+        with contextlib.suppress(OSError, ValueError):
+            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
+def _open_segment(path: str, flags: int) -> int:
+    """Open a client-made segment, refusing anything but /dev/shm/rlx-ps-*."""
+    real = os.path.realpath(path)
+    if os.path.dirname(real) != SHM_DIR or not os.path.basename(real).startswith(SHM_PREFIX):
+        raise InvalidArgument(f"shared-memory path must be {SHM_DIR}/{SHM_PREFIX}*, got {path!r}")
+    try:
+        return os.open(real, flags)
+    except FileNotFoundError:
+        raise FailedPrecondition(
+            f"shared-memory segment {path!r} is not visible here (client on another host?)"
+        ) from None
 
 
 class ParamServerService:
-    """Owns the paramserver's state and its lifecycle."""
+    """Owns the paramserver's versions, consumers and lifecycle."""
 
     def __init__(self, config: ParamServerConfig) -> None:
         self.config = config
         self.lifecycle = Lifecycle("paramserver", __version__)
+        self.instance_id = uuid.uuid4().hex
+        self.started = time.time()
+        self._cond = threading.Condition()
+        self._committed: dict[int, Version] = {}
+        self._staged: dict[int, Version | None] = {}  # None: admitted, still receiving
+        self._consumers: dict[str, int] = {}
+        self._bytes_read_gone = 0  # bytes read from versions since deleted
+
+    # --- push -----------------------------------------------------------------------------
+
+    def begin_push(
+        self, version: int, tensors: Sequence[TensorDecl], *, timeout: float | None
+    ) -> PushSession:
+        """Admit a push of `version`, waiting up to `timeout` s for room; a session to feed."""
+        metas = self._validate(version, tensors)
+        wait = self.config.max_push_wait_s if timeout is None else max(0.0, timeout)
+        deadline = time.monotonic() + wait
+        with self._cond:
+            self._check_new(version)
+            while not self._room_for_one():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ResourceExhausted(self._full_message(version))
+                self._cond.wait(remaining)
+                self._check_new(version)
+            self._staged[version] = None
+        try:
+            stored = Version(version, metas)
+        except BaseException:
+            self._abort_push(version)
+            raise
+        return PushSession(self, stored, self.config.chunk_kib << 10)
+
+    def _validate(self, version: int, tensors: Sequence[TensorDecl]) -> list[TensorMeta]:
+        if version < 0:
+            raise InvalidArgument(f"version must be >= 0, got {version}")
+        if not tensors:
+            raise InvalidArgument(f"version {version}: a push needs at least one tensor")
+        seen: set[str] = set()
+        metas = []
+        for t in tensors:
+            if not t.name:
+                raise InvalidArgument(f"version {version}: a tensor has an empty name")
+            if t.name in seen:
+                raise InvalidArgument(f"version {version}: tensor {t.name!r} declared twice")
+            seen.add(t.name)
+            dtype = dtype_of(t.dtype)
+            if any(d < 0 for d in t.shape):
+                raise InvalidArgument(f"tensor {t.name!r}: negative dimension in {t.shape}")
+            rank = len(t.shape)
+            axis = t.shard_axis + rank if t.shard_axis < 0 else t.shard_axis
+            if rank and not 0 <= axis < rank:
+                raise InvalidArgument(
+                    f"tensor {t.name!r}: shard_axis {t.shard_axis} out of range for rank {rank}"
+                )
+            chunk = chunk_shape_for(t.shape, dtype.itemsize, axis, self.config.chunk_kib << 10)
+            nbytes = int(np.prod(t.shape, dtype=np.int64)) * dtype.itemsize
+            metas.append(
+                TensorMeta(t.name, dtype, tuple(t.shape), axis if rank else 0, chunk, nbytes)
+            )
+        return metas
+
+    def _check_new(self, version: int) -> None:
+        if version in self._committed:
+            raise AlreadyExists(f"version {version} is already committed on this replica")
+        if version in self._staged:
+            raise AlreadyExists(f"version {version} is already being pushed (staged)")
+
+    def _freeable(self) -> list[int]:
+        """Committed versions that can go once a newer one is committed."""
+        if not self._consumers:
+            return sorted(self._committed)
+        floor = min(self._consumers.values())
+        return sorted(v for v in self._committed if v < floor)
+
+    def _room_for_one(self) -> bool:
+        kept = len(self._committed) - len(self._freeable()) + len(self._staged)
+        return kept + 1 <= self.config.max_versions
+
+    def _full_message(self, version: int) -> str:
+        held = sorted(self._committed)
+        oldest = held[0] if held else None
+        behind = sorted(
+            f"{c} (confirmed {v})"
+            for c, v in self._consumers.items()
+            if oldest is not None and v <= oldest
+        )
+        staged = f", staged {sorted(self._staged)}" if self._staged else ""
+        return (
+            f"cannot keep version {version}: replica {self.config.replica_id} holds versions "
+            f"{held}{staged} (max_versions={self.config.max_versions}) and none could be freed "
+            f"before the deadline; not confirmed past version {oldest}: "
+            + (", ".join(behind) or "nobody")
+        )
+
+    def _staged_complete(self, version: Version) -> None:
+        with self._cond:
+            if version.version in self._staged:
+                self._staged[version.version] = version
+
+    def _abort_push(self, version: int) -> None:
+        with self._cond:
+            self._staged.pop(version, None)
+            self._cond.notify_all()
+
+    def commit(self, version: int) -> list[int]:
+        """Make a staged version visible; returns the versions this evicted."""
+        with self._cond:
+            if version in self._committed and version not in self._staged:
+                return []  # committing twice is harmless (a retried commit)
+            stored = self._staged.get(version)
+            if stored is None:
+                state = "still being received" if version in self._staged else "not staged"
+                raise NotFound(
+                    f"version {version} is {state}; staged: {sorted(self._staged)}, "
+                    f"held: {sorted(self._committed)}"
+                )
+            del self._staged[version]
+            self._committed[version] = stored
+            evicted = self._collect()
+            while len(self._committed) > self.config.max_versions:
+                # only when a consumer appeared after this push was admitted
+                oldest = min(self._committed)
+                log.warning("evicting version %d before all consumers passed it", oldest)
+                self._delete(oldest)
+                evicted.append(oldest)
+            self._cond.notify_all()
+        log.info("committed version %d (%d bytes), evicted %s", version, stored.nbytes, evicted)
+        return evicted
+
+    # --- GC, confirm, drop ----------------------------------------------------------------
+
+    def _collect(self) -> list[int]:
+        """Delete what the GC rule allows; caller holds the lock."""
+        if not self._committed:
+            return []
+        newest = max(self._committed)
+        if self._consumers:
+            floor = min(self._consumers.values())
+            doomed = [v for v in self._committed if v < floor and v != newest]
+        else:
+            extra = len(self._committed) - self.config.max_versions
+            doomed = sorted(self._committed)[: max(0, extra)]
+        for v in doomed:
+            self._delete(v)
+        return sorted(doomed)
+
+    def _delete(self, version: int) -> None:
+        gone = self._committed.pop(version)
+        self._bytes_read_gone += gone.bytes_read
+
+    def confirm(self, consumer_id: str, version: int) -> list[int]:
+        """Record that `consumer_id` has progressed to `version`; returns versions deleted."""
+        if not consumer_id:
+            raise InvalidArgument("confirm needs a non-empty consumer_id")
+        if version < 0:
+            raise InvalidArgument(f"version must be >= 0, got {version}")
+        with self._cond:
+            self._consumers[consumer_id] = max(version, self._consumers.get(consumer_id, -1))
+            evicted = self._collect()
+            self._cond.notify_all()
+        return evicted
+
+    def drop(self, version: int) -> None:
+        """Delete a committed version, or forget a staged one."""
+        with self._cond:
+            if version in self._committed:
+                self._delete(version)
+            elif version in self._staged:
+                del self._staged[version]
+            else:
+                raise NotFound(self._not_found(version))
+            self._cond.notify_all()
+
+    # --- read -----------------------------------------------------------------------------
+
+    def _not_found(self, version: int | None) -> str:
+        held = sorted(self._committed)
+        if not held:
+            return (
+                f"replica {self.config.replica_id} holds no versions (started "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.started))}, instance "
+                f"{self.instance_id[:8]}; a restarted replica is empty until refilled)"
+            )
+        return f"version {version} is not held by replica {self.config.replica_id}; held: {held}"
+
+    def get(self, version: int | None) -> Version:
+        """A committed version (None: the newest); NotFound listing the versions held."""
+        with self._cond:
+            if version is None:
+                if not self._committed:
+                    raise NotFound(self._not_found(None))
+                return self._committed[max(self._committed)]
+            stored = self._committed.get(version)
+            if stored is None:
+                raise NotFound(self._not_found(version))
+            return stored
+
+    def plan_pull(
+        self,
+        version: int | None,
+        names: Sequence[str] = (),
+        slices: Mapping[str, tuple[Sequence[int], Sequence[int]]] | None = None,
+    ) -> PullPlan:
+        """Resolve a pull: which version, which tensors, which boxes."""
+        stored = self.get(version)
+        slices = dict(slices or {})
+        wanted = list(dict.fromkeys(names)) if names else list(stored.metas)
+        for name in [*wanted, *slices]:
+            if name not in stored.metas:
+                raise NotFound(
+                    f"version {stored.version} has no tensor {name!r} "
+                    f"({len(stored.metas)} tensors, e.g. {sorted(stored.metas)[:5]})"
+                )
+        for name in slices:
+            if name not in wanted:
+                wanted.append(name)
+        plan = PullPlan(stored, [stored.metas[n] for n in wanted])
+        for name, (start, stop) in slices.items():
+            plan.boxes[name] = parse_box(stored.metas[name], start, stop)
+        return plan
+
+    def pull_into_shm(
+        self, plan: PullPlan, path: str
+    ) -> Iterator[tuple[TensorMeta, int, int, int]]:
+        """Write the plan's tensors into a client-made segment, back to back in order, yielding
+        (meta, offset, nbytes, crc32 of a sliced tensor or 0) as each one lands, so the client
+        checks one tensor while the next is written."""
+        import zlib
+
+        if not self.config.shared_memory:
+            raise FailedPrecondition("this paramserver has shared memory disabled")
+        need = sum(_aligned(plan.out_nbytes(m)) for m in plan.metas)
+        fd = _open_segment(path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            if size < need:
+                raise InvalidArgument(f"segment {path!r} has {size} bytes; the pull needs {need}")
+            if need == 0:
+                yield from ((m, 0, 0, 0) for m in plan.metas)
+                return
+            # MAP_POPULATE: map the client's pages in one go instead of one fault at a time
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            with mmap.mmap(fd, size, flags=flags) as mm:
+                buf = np.frombuffer(mm, dtype=np.uint8)
+                try:
+                    offset = 0
+                    for meta in plan.metas:
+                        offset = _aligned(offset)
+                        start = offset
+                        crc = 0
+                        if meta.name not in plan.boxes:
+                            target = buf[offset : offset + meta.nbytes].view(meta.dtype)
+                            plan.version.copy_into(meta.name, target.reshape(meta.shape))
+                            del target
+                            offset += meta.nbytes
+                        for slab in plan.slabs(meta) if meta.name in plan.boxes else ():
+                            raw = slab.reshape(-1).view(np.uint8)
+                            buf[offset : offset + raw.size] = raw
+                            crc = zlib.crc32(raw.data, crc)
+                            offset += raw.size
+                        _release_pages(mm, start, offset)
+                        yield meta, start, offset - start, crc
+                finally:
+                    del buf
+        finally:
+            os.close(fd)
+
+    def probe_shm(self, path: str, nonce: bytes) -> tuple[bool, str]:
+        """Same-host negotiation: can this process read the client's probe file?"""
+        if not self.config.shared_memory:
+            return False, "shared memory disabled by config"
+        try:
+            fd = _open_segment(path, os.O_RDONLY)
+        except (InvalidArgument, FailedPrecondition) as e:
+            return False, str(e)
+        try:
+            content = os.read(fd, len(nonce) + 1)
+        finally:
+            os.close(fd)
+        if not hmac.compare_digest(content, nonce):
+            return False, "probe file content differs (another host's file of the same name?)"
+        return True, ""
+
+    # --- status ---------------------------------------------------------------------------
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read from the store since start, by all pulls."""
+        with self._cond:
+            return self._bytes_read_gone + sum(v.bytes_read for v in self._committed.values())
+
+    def versions(self) -> VersionsSummary:
+        with self._cond:
+            return VersionsSummary(
+                versions=tuple(
+                    VersionSummary(
+                        version=v,
+                        nbytes=stored.nbytes,
+                        created=stored.created,
+                        num_tensors=len(stored.metas),
+                        confirmed_by=tuple(
+                            sorted(c for c, cv in self._consumers.items() if cv >= v)
+                        ),
+                    )
+                    for v, stored in sorted(self._committed.items())
+                ),
+                consumers=dict(self._consumers),
+                staged=tuple(sorted(self._staged)),
+                replica_id=self.config.replica_id,
+                max_versions=self.config.max_versions,
+                instance_id=self.instance_id,
+                started=self.started,
+                bytes_read=self._bytes_read_gone
+                + sum(v.bytes_read for v in self._committed.values()),
+            )

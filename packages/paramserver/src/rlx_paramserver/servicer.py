@@ -5,16 +5,204 @@ RlxErrors raised by the service become gRPC statuses through rlx_core's error in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 
 import grpc
+import numpy as np
 
-from rlx_paramserver.service import ParamServerService
+from rlx_core.errors import Corrupt, InvalidArgument
+from rlx_core.proto.common.v1.tensor_pb2 import TensorChunk
+from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
+from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
+from rlx_core.rpc import DEFAULT_CHUNK_BYTES
+from rlx_paramserver.service import ParamServerService, PullPlan, PushSession, TensorDecl
+from rlx_paramserver.store import TensorMeta
 
-__all__ = ["registrations"]
+__all__ = ["ParamServerServicer", "registrations"]
+
+# Headroom so a push that cannot get room fails with RESOURCE_EXHAUSTED before the client's own
+# deadline turns it into DEADLINE_EXCEEDED.
+_DEADLINE_MARGIN_S = 0.5
+
+
+def spec_to_proto(meta: TensorMeta, shape: tuple[int, ...] | None = None) -> pb.TensorSpec:
+    return pb.TensorSpec(
+        name=meta.name,
+        dtype=meta.dtype.name,
+        shape=list(meta.shape if shape is None else shape),
+        shard_axis=meta.shard_axis,
+        chunk_shape=list(meta.chunk_shape),
+        sha256=meta.sha256,
+        crc32=meta.crc32,
+        nbytes=meta.nbytes,
+    )
+
+
+def _header(plan: PullPlan) -> pb.PullHeader:
+    return pb.PullHeader(
+        version=plan.version.version,
+        tensors=[spec_to_proto(m) for m in plan.metas],
+        created_unix=plan.version.created,
+    )
+
+
+class ParamServerServicer(pb_grpc.ParamServerServicer):
+    def __init__(self, service: ParamServerService) -> None:
+        self._service = service
+
+    def Push(
+        self, request_iterator: Iterator[pb.PushRequest], context: grpc.ServicerContext
+    ) -> pb.PushReply:
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("item") != "header":
+            raise InvalidArgument("a push starts with a PushHeader")
+        header = first.header
+        decls = [
+            TensorDecl(t.name, t.dtype, tuple(int(d) for d in t.shape), t.shard_axis)
+            for t in header.tensors
+        ]
+        remaining = context.time_remaining()
+        timeout = None if remaining is None else max(0.0, remaining - _DEADLINE_MARGIN_S)
+        session = self._service.begin_push(header.version, decls, timeout=timeout)
+        used_shm = False
+        try:
+            for request in request_iterator:
+                kind = request.WhichOneof("item")
+                if kind == "chunk":
+                    self._write_chunk(session, request.chunk)
+                elif kind == "shm":
+                    entries = [(e.name, e.offset, e.nbytes) for e in request.shm.entries]
+                    session.write_shm(request.shm.path, entries)
+                    used_shm = True
+                else:
+                    raise InvalidArgument(f"unexpected {kind!r} message inside a push")
+            nbytes = session.finish()
+        except BaseException:
+            session.abort()
+            raise
+        return pb.PushReply(version=header.version, bytes=nbytes, used_shm=used_shm)
+
+    @staticmethod
+    def _write_chunk(session: PushSession, chunk: TensorChunk) -> None:
+        if zlib.crc32(chunk.data) != chunk.crc32:
+            raise Corrupt(
+                f"tensor {chunk.name!r}: checksum mismatch in the chunk at byte {chunk.offset}"
+            )
+        meta = session.meta(chunk.name)
+        if chunk.offset == 0:
+            shape = tuple(int(d) for d in chunk.shape)
+            if chunk.dtype != meta.dtype.name or shape != meta.shape:
+                raise InvalidArgument(
+                    f"tensor {chunk.name!r}: sent as {chunk.dtype}{list(shape)} but the manifest "
+                    f"declares {meta.dtype.name}{list(meta.shape)}"
+                )
+        session.write(chunk.name, chunk.offset, chunk.data)
+
+    def Commit(self, request: pb.CommitRequest, context: grpc.ServicerContext) -> pb.CommitReply:
+        evicted = self._service.commit(request.version)
+        return pb.CommitReply(version=request.version, evicted=evicted)
+
+    def _plan(self, request: pb.PullRequest | pb.ManifestRequest) -> PullPlan:
+        slices = {}
+        if isinstance(request, pb.PullRequest):
+            for s in request.slices:
+                if s.name in slices:
+                    raise InvalidArgument(f"tensor {s.name!r} sliced twice")
+                slices[s.name] = (list(s.start), list(s.stop))
+        version = None if request.latest else request.version
+        return self._service.plan_pull(version, list(request.names), slices)
+
+    def Manifest(self, request: pb.ManifestRequest, context: grpc.ServicerContext) -> pb.PullHeader:
+        return _header(self._plan(request))
+
+    def Pull(
+        self, request: pb.PullRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.PullReply]:
+        plan = self._plan(request)
+        yield pb.PullReply(header=_header(plan))
+        if request.shm_path:
+            for meta, offset, nbytes, crc in self._service.pull_into_shm(plan, request.shm_path):
+                entry = pb.ShmEntry(
+                    name=meta.name,
+                    offset=offset,
+                    nbytes=nbytes,
+                    crc32=crc,
+                    dtype=meta.dtype.name,
+                    shape=list(plan.out_shape(meta)),
+                )
+                yield pb.PullReply(shm=entry)
+            return
+        for meta in plan.metas:
+            yield from _stream_tensor(plan, meta)
+
+    def Confirm(self, request: pb.ConfirmRequest, context: grpc.ServicerContext) -> pb.ConfirmReply:
+        return pb.ConfirmReply(evicted=self._service.confirm(request.consumer_id, request.version))
+
+    def Versions(
+        self, request: pb.VersionsRequest, context: grpc.ServicerContext
+    ) -> pb.VersionsReply:
+        s = self._service.versions()
+        return pb.VersionsReply(
+            versions=[
+                pb.VersionInfo(
+                    version=v.version,
+                    bytes=v.nbytes,
+                    created_unix=v.created,
+                    num_tensors=v.num_tensors,
+                    confirmed_by=list(v.confirmed_by),
+                )
+                for v in s.versions
+            ],
+            consumers=s.consumers,
+            staged=list(s.staged),
+            replica_id=s.replica_id,
+            max_versions=s.max_versions,
+            instance_id=s.instance_id,
+            started_unix=s.started,
+            bytes_read=s.bytes_read,
+        )
+
+    def Drop(self, request: pb.DropRequest, context: grpc.ServicerContext) -> pb.DropReply:
+        self._service.drop(request.version)
+        return pb.DropReply()
+
+    def ProbeShm(
+        self, request: pb.ProbeShmRequest, context: grpc.ServicerContext
+    ) -> pb.ProbeShmReply:
+        ok, reason = self._service.probe_shm(request.path, request.nonce)
+        return pb.ProbeShmReply(ok=ok, reason=reason)
+
+    def register(self, server: grpc.Server) -> None:
+        pb_grpc.add_ParamServerServicer_to_server(self, server)
+
+
+def _stream_tensor(plan: PullPlan, meta: TensorMeta) -> Iterator[pb.PullReply]:
+    """One tensor (or its slice) as TensorChunk messages of DEFAULT_CHUNK_BYTES, header first."""
+    shape = plan.out_shape(meta)
+    total = plan.out_nbytes(meta)
+    offset = 0
+    first = True
+    for slab in plan.slabs(meta):
+        raw = np.ascontiguousarray(slab).reshape(-1).view(np.uint8).data
+        for start in range(0, raw.nbytes, DEFAULT_CHUNK_BYTES):
+            data = bytes(raw[start : start + DEFAULT_CHUNK_BYTES])
+            chunk = TensorChunk(name=meta.name, offset=offset, data=data, crc32=zlib.crc32(data))
+            if first:
+                chunk.dtype = meta.dtype.name
+                chunk.shape.extend(shape)
+                chunk.total_bytes = total
+                first = False
+            offset += len(data)
+            yield pb.PullReply(chunk=chunk)
+    if first:  # empty tensor: one header-only chunk
+        chunk = TensorChunk(name=meta.name, offset=0, data=b"", crc32=zlib.crc32(b""))
+        chunk.dtype = meta.dtype.name
+        chunk.shape.extend(shape)
+        chunk.total_bytes = 0
+        yield pb.PullReply(chunk=chunk)
 
 
 def registrations(service: ParamServerService) -> list[Callable[[grpc.Server], None]]:
     """The servicers to add to the server, besides Lifecycle (which every server has)."""
-    del service  # the paramserver's own RPCs are added with the issue that builds them
-    return []
+    return [ParamServerServicer(service).register]

@@ -4,5 +4,6 @@ One module per service; each joins `__all__` here in the issue that builds that 
 """
 
 from rlx_core.clients.lifecycle import LifecycleClient
+from rlx_core.clients.paramserver import ParamServerClient, ReplicatedPushClient, replica_for
 
-__all__ = ["LifecycleClient"]
+__all__ = ["LifecycleClient", "ParamServerClient", "ReplicatedPushClient", "replica_for"]

@@ -1,0 +1,70 @@
+"""A real paramserver on 127.0.0.1:0 in this process (the Service object plus the serving loop in a
+thread), so tests can both call it over gRPC and look at the service behind it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from rlx_core.clients import LifecycleClient, ParamServerClient
+from rlx_core.config import from_dict
+from rlx_core.serving import run_service
+from rlx_paramserver import ParamServerConfig, ParamServerService
+from rlx_paramserver.servicer import registrations
+
+TOKEN = "paramserver-test-token-0123456789"
+
+
+@dataclass
+class Running:
+    service: ParamServerService
+    address: str
+
+    def client(self, **kwargs: Any) -> ParamServerClient:
+        return ParamServerClient(self.address, token=TOKEN, **kwargs)
+
+
+@pytest.fixture
+def make_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Running]]:
+    monkeypatch.setenv("RLX_TOKEN", TOKEN)
+    started: list[tuple[Running, threading.Thread]] = []
+
+    def make(**config: Any) -> Running:
+        cfg = from_dict(
+            ParamServerConfig,
+            {"server": {"port": 0, "grace_s": 0.1}, "chunk_kib": 16, **config},
+        )
+        service = ParamServerService(cfg)
+        ready = threading.Event()
+        addresses: list[str] = []
+
+        def on_ready(address: str) -> None:
+            addresses.append(address)
+            ready.set()
+
+        thread = threading.Thread(
+            target=run_service,
+            args=(service.lifecycle, cfg.server, registrations(service)),
+            kwargs={"on_ready": on_ready, "install_signals": False},
+            daemon=True,
+        )
+        thread.start()
+        assert ready.wait(30)
+        running = Running(service, addresses[0])
+        started.append((running, thread))
+        return running
+
+    yield make
+    for running, thread in started:
+        with LifecycleClient(running.address, token=TOKEN) as client:
+            client.shutdown("test over", grace_s=0.1)
+        thread.join(30)
+
+
+@pytest.fixture
+def server(make_server: Callable[..., Running]) -> Running:
+    return make_server()

@@ -1,0 +1,110 @@
+"""`rlx-paramserver` as a real process: its flags, a restart that comes back empty and says so,
+and the server's peak memory while it holds N versions and receives one more."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlx_core.clients import LifecycleClient, ParamServerClient
+from rlx_core.errors import NotFound
+
+TOKEN = "paramserver-process-token-0123456789"
+BIN = Path(sys.executable).parent / "rlx-paramserver"
+
+
+class Server:
+    def __init__(self, *args: str) -> None:
+        env = {**os.environ, "RLX_TOKEN": TOKEN}
+        self.proc = subprocess.Popen(
+            [str(BIN), "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self.proc.stdout is not None
+        self.address = self.proc.stdout.readline().strip()
+        LifecycleClient(self.address, token=TOKEN).wait_ready(timeout=60)
+
+    def status(self, key: str) -> int:
+        """A /proc/PID/status memory figure in bytes (VmRSS, VmHWM)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+        raise KeyError(key)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    started: list[Server] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+@pytest.mark.integration
+def test_flags_and_an_empty_restart(servers: list[Server]) -> None:
+    servers.append(Server("--replica-id", "2", "--max-versions", "1"))
+    first = servers[0]
+    with ParamServerClient(first.address, token=TOKEN) as client:
+        info = client.versions_info()
+        assert (info.replica_id, info.max_versions, info.versions) == (2, 1, ())
+        client.push(1, {"w": np.arange(10.0)})
+        client.push(2, {"w": np.arange(10.0) + 1})
+        assert client.versions() == [2]  # max_versions=1: the commit of 2 evicted 1
+        old_instance = info.instance_id
+    first.stop()
+    servers.append(Server("--replica-id", "2", "--max-versions", "1"))
+    with ParamServerClient(servers[1].address, token=TOKEN) as client:
+        info = client.versions_info()
+        assert info.versions == () and info.instance_id != old_instance
+        with pytest.raises(NotFound, match=r"replica 2 holds no versions.*restarted replica"):
+            client.pull()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("shared_memory", [False, None], ids=["grpc", "shm"])
+def test_peak_memory_holding_n_and_receiving_one_more(
+    servers: list[Server], shared_memory: bool | None
+) -> None:
+    """Peak RSS growth of the server over its idle RSS stays under (N + 1) x version x 1.1."""
+    n = 2
+    servers.append(Server("--max-versions", str(n)))
+    server = servers[0]
+    rng = np.random.default_rng(0)
+    mib = 1 << 20
+    # 256 MiB per version: one 64 MiB "embedding" and twelve 16 MiB matrices, float32. (The
+    # server's fixed overhead, ~50 MiB of reused buffers, is 1.18x for 96 MiB versions.)
+    version = {"embed": rng.standard_normal(16 * mib, dtype=np.float32).reshape(-1, 1024)}
+    for i in range(12):
+        version[f"layers/{i}/w"] = rng.standard_normal(4 * mib, dtype=np.float32).reshape(1024, -1)
+    size = sum(a.nbytes for a in version.values())
+    with ParamServerClient(server.address, token=TOKEN, shared_memory=shared_memory) as client:
+        client.push(0, {"tiny": np.zeros(4)})  # warm up gRPC and TensorStore
+        client.drop(0)
+        idle = server.status("VmRSS")
+        for v in range(1, n + 2):  # holds N, then receives the (N+1)-th
+            client.push(v, version)
+        assert client.versions() == [2, 3]
+        assert client.last_transport == ("grpc" if shared_memory is False else "shm")
+    peak = server.status("VmHWM") - idle
+    bound = (n + 1) * size * 1.1
+    print(
+        f"\npeak server memory over idle ({'grpc' if shared_memory is False else 'shm'}): "
+        f"{peak / mib:.0f} MiB for N={n} versions of {size / mib:.0f} MiB receiving one more; "
+        f"bound (N+1) x size x 1.1 = {bound / mib:.0f} MiB ({peak / bound:.2f} of it)"
+    )
+    assert peak < bound

@@ -1,0 +1,373 @@
+"""The paramserver through a real gRPC server on 127.0.0.1 with the real client: both transports
+(gRPC streaming and the same-host shared-memory path), every error path, replicas, and the
+16-concurrent-pullers acceptance test."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import ml_dtypes
+import numpy as np
+import pytest
+
+from rlx_core.clients import ParamServerClient, ReplicatedPushClient, replica_for
+from rlx_core.errors import (
+    AlreadyExists,
+    Corrupt,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unauthenticated,
+)
+from rlx_core.proto.common.v1.tensor_pb2 import TensorChunk
+from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
+from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
+from rlx_core.rpc import connect, from_rpc_error
+
+TOKEN = "paramserver-test-token-0123456789"  # the conftest's
+Running = Any  # conftest.Running: a service and its address
+TRANSPORTS = {"grpc": False, "shm": None}
+
+
+def weights(seed: int, scale: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "embed": rng.standard_normal((200 * scale, 64)).astype(ml_dtypes.bfloat16),
+        "layers/0/attn/q": rng.standard_normal((64, 96)).astype(ml_dtypes.bfloat16),
+        "layers/0/mlp/up": rng.standard_normal((64, 300)).astype(np.float32),
+        "layers/0/norm": rng.standard_normal(64).astype(np.float32),
+        "step": np.asarray(seed, dtype=np.int64),
+    }
+
+
+AXES = {"layers/0/attn/q": 1, "layers/0/mlp/up": 1}
+
+
+def shm_segments() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("rlx-ps-")}
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.fixture(params=list(TRANSPORTS))
+def transport(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_push_pull_round_trip_on_each_transport(server: Running, transport: str) -> None:
+    before = shm_segments()
+    with server.client(shared_memory=TRANSPORTS[transport]) as client:
+        data = weights(1)
+        assert client.push(1, data, shard_axes=AXES) == []
+        assert client.last_transport == transport
+        version, out = client.pull(1)
+        assert client.last_transport == transport
+        assert version == 1 and sorted(out) == sorted(data)
+        assert all(same(out[n], data[n]) for n in data)
+        client.push(2, weights(2))
+        version, out = client.pull()  # latest
+        assert version == 2 and same(out["embed"], weights(2)["embed"])
+        _, specs = client.manifest(1, ["layers/0/mlp/up"])
+        raw = data["layers/0/mlp/up"].tobytes()
+        assert specs[0].sha256 == hashlib.sha256(raw).hexdigest()
+        # 75 KiB in 5 equal chunks of at most 16 KiB along the shard axis
+        assert specs[0].shard_axis == 1 and specs[0].chunk_shape == (64, 60)
+        assert client.versions() == [1, 2]
+    assert shm_segments() == before
+
+
+def test_name_filter_and_slices_read_only_needed_chunks(server: Running, transport: str) -> None:
+    with server.client(shared_memory=TRANSPORTS[transport]) as client:
+        data = weights(3)
+        client.push(3, data, shard_axes=AXES)
+        read0 = client.versions_info().bytes_read
+        _, out = client.pull(3, names=["layers/0/norm"])
+        assert list(out) == ["layers/0/norm"] and same(out["layers/0/norm"], data["layers/0/norm"])
+        read1 = client.versions_info().bytes_read
+        assert read1 - read0 == 64 * 4
+        # embed: (200, 64) bf16 in chunks of 100 rows; rows 130..140 are all in chunk 1
+        # up: (64, 300) f32 in chunks of 60 columns; columns 70..130 span chunks 1 and 2
+        _, out = client.pull(
+            3,
+            names=["embed", "layers/0/mlp/up"],
+            slices={
+                "embed": (slice(130, 140),),
+                "layers/0/mlp/up": ([0, 70], [64, 130]),
+            },
+        )
+        assert sorted(out) == ["embed", "layers/0/mlp/up"]
+        assert same(out["embed"], data["embed"][130:140])
+        assert same(out["layers/0/mlp/up"], data["layers/0/mlp/up"][:, 70:130])
+        read2 = client.versions_info().bytes_read
+        full = sum(a.nbytes for a in data.values())
+        assert read2 - read1 == 100 * 64 * 2 + 2 * 64 * 60 * 4
+        assert read2 - read1 < full / 2
+
+
+def test_errors_through_the_server(server: Running, transport: str) -> None:
+    before = shm_segments()
+    with server.client(shared_memory=TRANSPORTS[transport]) as client:
+        with pytest.raises(NotFound, match="holds no versions"):
+            client.pull()
+        client.push(5, weights(5))
+        with pytest.raises(AlreadyExists, match="version 5 is already committed"):
+            client.push(5, weights(5))
+        with pytest.raises(NotFound, match=r"version 4 is not held by replica 0; held: \[5\]"):
+            client.pull(4)
+        with pytest.raises(NotFound, match="no tensor 'nope'"):
+            client.pull(5, names=["nope"])
+        with pytest.raises(InvalidArgument, match="out of range"):
+            client.pull(5, slices={"embed": ([0, 0], [500, 64])})
+        with pytest.raises(InvalidArgument, match=r"unknown dtype|cannot be sent"):
+            client.push(6, {"s": np.array(["text"])})
+        with pytest.raises(NotFound, match="held: \\[5\\]"):
+            client.drop(9)
+        with pytest.raises(InvalidArgument, match="consumer_id"):
+            client.confirm("", 5)
+    with ParamServerClient(server.address, token="wrong-token-0123456789abcdef") as bad:
+        with pytest.raises(Unauthenticated):
+            bad.versions()
+    assert shm_segments() == before
+
+
+def test_store_corruption_is_caught_by_the_client(server: Running, transport: str) -> None:
+    with server.client(shared_memory=TRANSPORTS[transport]) as client:
+        data = weights(7)
+        client.push(7, data)
+        stored = server.service.get(7)
+        # flip the stored values of one row behind the server's back (bit rot in the store)
+        bad = (data["embed"][10:11].astype(np.float32) + 1).astype(ml_dtypes.bfloat16)
+        stored.arrays["embed"][10:11].write(bad).result()
+        with pytest.raises(Corrupt, match="'embed': checksum differs"):
+            client.pull(7)
+        _, out = client.pull(7, names=["layers/0/norm"])  # untouched tensors still pull fine
+        assert same(out["layers/0/norm"], data["layers/0/norm"])
+
+
+def test_resource_exhausted_names_unconfirmed_consumers(
+    make_server: Callable[..., Running],
+) -> None:
+    server = make_server(max_versions=2, replica_id=4)
+    with server.client() as client:
+        client.confirm("slow", 0)
+        client.confirm("fast", 0)
+        client.push(0, weights(0))
+        client.push(1, weights(1))
+        client.confirm("fast", 1)
+        assert client.versions() == [0, 1]
+        with pytest.raises(ResourceExhausted) as raised:
+            client.push(2, weights(2), timeout=1.5)
+        message = str(raised.value)
+        assert "replica 4 holds versions [0, 1] (max_versions=2)" in message
+        assert "not confirmed past version 0: slow (confirmed 0)" in message
+        assert "fast" not in message
+        assert client.confirm("slow", 1) == [0]
+        client.push(2, weights(2), timeout=10)
+        info = client.versions_info()
+        assert [v.version for v in info.versions] == [1, 2]
+        assert info.versions[0].confirmed_by == ("fast", "slow")
+        assert info.consumers == {"fast": 1, "slow": 1}
+
+
+def raw_push(address: str, requests: list[pb.PushRequest]) -> None:
+    channel = connect(address, token=TOKEN)
+    try:
+        pb_grpc.ParamServerStub(channel).Push(iter(requests), timeout=30)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e) from None
+    finally:
+        channel.close()
+
+
+def header(version: int, shape: list[int], dtype: str = "float32") -> pb.PushRequest:
+    spec = pb.TensorSpec(name="w", dtype=dtype, shape=shape)
+    return pb.PushRequest(header=pb.PushHeader(version=version, tensors=[spec]))
+
+
+def chunk(
+    data: bytes, shape: list[int], dtype: str = "float32", crc: int | None = None
+) -> pb.PushRequest:
+    msg = TensorChunk(
+        name="w",
+        dtype=dtype,
+        shape=shape,
+        total_bytes=len(data),
+        offset=0,
+        data=data,
+        crc32=zlib.crc32(data) if crc is None else crc,
+    )
+    return pb.PushRequest(chunk=msg)
+
+
+@pytest.mark.parametrize(
+    ("requests", "error", "match"),
+    [
+        ([chunk(b"\0" * 16, [4])], InvalidArgument, "starts with a PushHeader"),
+        ([header(1, [4]), chunk(b"\0" * 20, [5])], InvalidArgument, r"sent as float32\[5\]"),
+        ([header(1, [4]), chunk(b"\0" * 8, [4], "float16")], InvalidArgument, "declares float32"),
+        ([header(1, [4]), chunk(b"\0" * 8, [2])], InvalidArgument, r"w \(0/16 bytes\)|sent as"),
+        ([header(1, [4])], InvalidArgument, r"push ended before all tensors arrived: w \(0/16"),
+        ([header(1, [4]), chunk(b"\0" * 16, [4], crc=1)], Corrupt, "checksum mismatch"),
+        ([header(-1, [4])], InvalidArgument, "version must be >= 0"),
+        (
+            [header(1, [4]), pb.PushRequest(shm=pb.ShmRef(path="/etc/passwd"))],
+            InvalidArgument,
+            "must be /dev/shm/rlx-ps-",
+        ),
+        (
+            [header(1, [4]), pb.PushRequest(shm=pb.ShmRef(path="/dev/shm/rlx-ps-missing"))],
+            FailedPrecondition,
+            "not visible here",
+        ),
+    ],
+)
+def test_malformed_pushes_are_refused_and_leave_nothing_staged(
+    server: Running, requests: list[pb.PushRequest], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        raw_push(server.address, requests)
+    with server.client() as client:
+        info = client.versions_info()
+        assert info.staged == () and info.versions == ()
+        client.push(1, {"w": np.ones(4, np.float32)})  # the version number is free again
+        assert client.versions() == [1]
+
+
+def test_stage_commit_and_drop_of_a_staged_version(server: Running) -> None:
+    with server.client() as client:
+        assert client.stage(1, {"w": np.ones(4, np.float32)}) == 16
+        assert client.versions() == [] and client.versions_info().staged == (1,)
+        with pytest.raises(NotFound, match="holds no versions"):
+            client.pull(1)
+        client.commit(1)
+        client.commit(1)  # a retried commit is harmless
+        assert client.versions() == [1]
+        client.stage(2, {"w": np.ones(4, np.float32)})
+        client.drop(2)
+        assert client.versions_info().staged == ()
+        with pytest.raises(NotFound, match="not staged"):
+            client.commit(2)
+        client.drop(1)
+        assert client.versions() == []
+
+
+def test_shared_memory_negotiation(make_server: Callable[..., Running]) -> None:
+    enabled = make_server()
+    disabled = make_server(shared_memory=False)
+    assert enabled.client().fast_path is True
+    with disabled.client() as client:
+        assert client.fast_path is False  # offered, refused: falls back to gRPC
+        client.push(1, weights(1))
+        assert client.last_transport == "grpc"
+        _, out = client.pull(1)
+        assert client.last_transport == "grpc" and same(out["embed"], weights(1)["embed"])
+    with pytest.raises(InvalidArgument, match="shared memory disabled"):
+        _ = disabled.client(shared_memory=True).fast_path
+    # a non-loopback address never offers shared memory
+    remote = ParamServerClient("10.255.255.1:1", token=TOKEN)
+    assert remote.fast_path is False
+
+
+def test_replicated_push_commits_everywhere_or_nowhere(make_server: Callable[..., Running]) -> None:
+    replicas = [make_server(replica_id=i) for i in range(3)]
+    addresses = [r.address for r in replicas]
+    with ReplicatedPushClient(addresses, token=TOKEN) as pusher:
+        pusher.push(1, weights(1))
+        for i, replica in enumerate(replicas):
+            with replica.client() as c:
+                assert c.versions() == [1] and c.versions_info().replica_id == i
+                assert same(c.pull(1)[1]["embed"], weights(1)["embed"])
+        with replicas[2].client() as c:
+            c.push(2, weights(9))  # replica 2 already has a version 2
+        with pytest.raises(AlreadyExists, match=f"push to {addresses[2]} failed"):
+            pusher.push(2, weights(2))
+        for replica in replicas[:2]:
+            with replica.client() as c:
+                info = c.versions_info()
+                assert [v.version for v in info.versions] == [1] and info.staged == ()
+    assert [replica_for(i, 3) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    with pytest.raises(InvalidArgument):
+        replica_for(0, 0)
+
+
+def test_sixteen_pullers_while_pushing_and_collecting(make_server: Callable[..., Running]) -> None:
+    """Acceptance: 16 concurrent pullers of v while v+1 is pushed and v-1 collected."""
+    server = make_server(max_versions=2, chunk_kib=64)
+    data = {v: weights(v, scale=20) for v in range(3)}  # ~2.7 MB per version
+    digests = {
+        v: {n: hashlib.sha256(a.tobytes()).hexdigest() for n, a in d.items()}
+        for v, d in data.items()
+    }
+    pullers = 16
+    with server.client() as admin:
+        admin.push(0, data[0])
+        admin.push(1, data[1])
+        for i in range(pullers):
+            admin.confirm(f"worker-{i}", 0)  # every worker is on v-1 = 0
+        assert admin.versions() == [0, 1]
+    errors: list[BaseException] = []
+    evictions: list[list[int]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(pullers + 1)
+
+    def puller(i: int) -> None:
+        try:
+            with server.client(shared_memory=None if i % 2 else False) as client:
+                start.wait()
+                for round_ in range(3):
+                    version, out = client.pull(1 if round_ != 2 else None)
+                    assert version in (1, 2)
+                    got = {n: hashlib.sha256(a.tobytes()).hexdigest() for n, a in out.items()}
+                    assert got == digests[version]
+                    if round_ == 0:
+                        evicted = client.confirm(f"worker-{i}", 1)
+                        with lock:
+                            evictions.append(evicted)
+        except BaseException as e:
+            with lock:
+                errors.append(e)
+
+    threads = [threading.Thread(target=puller, args=(i,)) for i in range(pullers)]
+    for t in threads:
+        t.start()
+    with server.client() as pusher:
+        start.wait()
+        pusher.push(2, data[2], timeout=120)  # waits until every worker has passed 0
+        info = pusher.versions_info()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    # exactly one confirmation, the last of the 16, collected version 0
+    assert sorted(evictions) == [[]] * (pullers - 1) + [[0]]
+    assert [v.version for v in info.versions] == [1, 2]
+    assert info.versions[0].confirmed_by == tuple(sorted(f"worker-{i}" for i in range(pullers)))
+
+
+def test_pull_into_caller_arrays(server: Running, transport: str) -> None:
+    before = shm_segments()
+    client = server.client(shared_memory=TRANSPORTS[transport])
+    client.push(1, weights(1))
+    client.push(2, weights(2))
+    into = {n: np.empty_like(a) for n, a in weights(0).items()}
+    version, got = client.pull(1, out=into)
+    assert version == 1 and all(got[n] is into[n] for n in into)
+    assert all(same(into[n], a) for n, a in weights(1).items())
+    client.pull(2, out=into)
+    assert all(same(into[n], a) for n, a in weights(2).items())
+    # the fast path keeps one segment for these pulls while the client is open, and only one
+    assert len(shm_segments() - before) == (1 if transport == "shm" else 0)
+    with pytest.raises(InvalidArgument, match="out array is float32"):
+        client.pull(2, names=["embed"], out={"embed": np.empty((200, 64), np.float32)})
+    with pytest.raises(InvalidArgument, match="no array for tensor 'step'"):
+        client.pull(2, names=["step"], out={})
+    client.close()
+    assert shm_segments() == before

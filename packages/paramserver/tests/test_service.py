@@ -1,0 +1,274 @@
+"""ParamServerService called directly (no gRPC): storage, manifest, chunking, GC and admission."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from rlx_core.config import from_dict
+from rlx_core.errors import AlreadyExists, ConfigError, InvalidArgument, NotFound, ResourceExhausted
+from rlx_paramserver import ParamServerConfig, ParamServerService
+from rlx_paramserver.service import TensorDecl
+from rlx_paramserver.store import chunk_shape_for
+
+
+def make(**config: object) -> ParamServerService:
+    return ParamServerService(from_dict(ParamServerConfig, {"chunk_kib": 4, **config}))
+
+
+def push(
+    service: ParamServerService,
+    version: int,
+    tensors: dict[str, np.ndarray],
+    *,
+    axes: dict[str, int] | None = None,
+    piece: int = 1000,
+    timeout: float | None = 0.0,
+) -> None:
+    decls = [
+        TensorDecl(n, a.dtype.name, a.shape, (axes or {}).get(n, 0)) for n, a in tensors.items()
+    ]
+    session = service.begin_push(version, decls, timeout=timeout)
+    for name, array in tensors.items():
+        raw = array.tobytes()
+        for start in range(0, max(1, len(raw)), piece):
+            session.write(name, start, raw[start : start + piece])
+    session.finish()
+    service.commit(version)
+
+
+def read(service: ParamServerService, version: int | None = None, **kw: object) -> dict:
+    plan = service.plan_pull(version, **kw)  # type: ignore[arg-type]
+    out = {}
+    for meta in plan.metas:
+        slabs = list(plan.slabs(meta))
+        shape = plan.out_shape(meta)
+        out[meta.name] = (
+            np.concatenate([s.reshape(-1) for s in slabs]).reshape(shape)
+            if slabs
+            else np.empty(shape, meta.dtype)
+        )
+    return out
+
+
+def tensors(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "layers/0/w": rng.standard_normal((50, 30)).astype(ml_dtypes.bfloat16),
+        "layers/0/b": rng.standard_normal(30).astype(np.float32),
+        "embed": rng.integers(-100, 100, (17, 9, 5)).astype(np.int8),
+        "scale": np.asarray(rng.standard_normal(), dtype=np.float64),
+        "mask": rng.integers(0, 2, (7, 3)).astype(bool),
+        "empty": np.zeros((0, 4), np.float16),
+    }
+
+
+def test_round_trip_keeps_dtype_bytes_and_manifest() -> None:
+    service = make()
+    data = tensors()
+    push(service, 3, data, piece=777)
+    out = read(service, 3)
+    assert sorted(out) == sorted(data)
+    for name, array in data.items():
+        assert out[name].dtype == array.dtype and out[name].shape == array.shape, name
+        assert out[name].tobytes() == array.tobytes(), name
+    stored = service.get(None)
+    assert stored.version == 3
+    meta = stored.metas["layers/0/w"]
+    raw = data["layers/0/w"].tobytes()
+    assert meta.sha256 == hashlib.sha256(raw).hexdigest() and meta.crc32 == zlib.crc32(raw)
+    assert meta.dtype.name == "bfloat16" and meta.nbytes == 50 * 30 * 2
+    assert stored.metas["empty"].sha256 == hashlib.sha256(b"").hexdigest()
+    assert stored.nbytes == sum(a.nbytes for a in data.values())
+
+
+def test_chunks_split_only_the_shard_axis() -> None:
+    assert chunk_shape_for((1000, 64), 4, 0, 64 << 10) == (250, 64)  # 4 equal chunks <= 64 KiB
+    assert chunk_shape_for((64, 1000), 4, 1, 64 << 10) == (64, 250)
+    assert chunk_shape_for((896, 4864), 2, 1, 8 << 20) == (896, 2432)  # not 4681 + padding
+    assert chunk_shape_for((8, 8), 4, 0, 1 << 20) == (8, 8)  # small: one chunk
+    assert chunk_shape_for((3, 1 << 20), 4, 0, 1 << 20) == (1, 1 << 20)  # a row beats the target
+    assert chunk_shape_for((), 4, 0, 1024) == ()
+    service = make(chunk_kib=1)
+    push(service, 0, {"w": np.ones((64, 64), np.float32)}, axes={"w": 1})
+    assert service.get(0).metas["w"].chunk_shape == (64, 4)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_slice_reads_only_the_chunks_it_overlaps(axis: int) -> None:
+    service = make(chunk_kib=1)  # (64, 64) float32 -> 16 chunks of 1 KiB along `axis`
+    w = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    push(service, 0, {"w": w}, axes={"w": axis})
+    box = [(0, 64), (0, 64)]
+    box[axis] = (8, 12)  # exactly chunk 2 along the shard axis
+    start, stop = [b[0] for b in box], [b[1] for b in box]
+    assert service.bytes_read == 0
+    out = read(service, 0, slices={"w": (start, stop)})
+    assert np.array_equal(out["w"], w[tuple(slice(a, b) for a, b in box)])
+    assert service.bytes_read == 1024
+    box[axis] = (3, 13)  # straddles chunks 0..3 of 4 rows each
+    start, stop = [b[0] for b in box], [b[1] for b in box]
+    out = read(service, 0, slices={"w": (start, stop)})
+    assert np.array_equal(out["w"], w[tuple(slice(a, b) for a, b in box)])
+    assert service.bytes_read == 1024 + 4 * 1024
+    read(service, 0)
+    assert service.bytes_read == 5 * 1024 + 64 * 64 * 4
+
+
+def test_already_exists_staged_and_committed() -> None:
+    service = make()
+    push(service, 1, {"a": np.ones(3)})
+    with pytest.raises(AlreadyExists, match="version 1 is already committed"):
+        service.begin_push(1, [TensorDecl("a", "float64", (3,))], timeout=0)
+    session = service.begin_push(2, [TensorDecl("a", "float64", (3,))], timeout=0)
+    with pytest.raises(AlreadyExists, match="version 2 is already being pushed"):
+        service.begin_push(2, [TensorDecl("a", "float64", (3,))], timeout=0)
+    session.abort()
+    push(service, 2, {"a": np.ones(3)})
+    assert [v.version for v in service.versions().versions] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("decls", "match"),
+    [
+        ([], "at least one tensor"),
+        ([TensorDecl("a", "float32", (2,)), TensorDecl("a", "float32", (2,))], "declared twice"),
+        ([TensorDecl("a", "complex_thing", (2,))], "unknown dtype"),
+        ([TensorDecl("a", "float32", (2, -1))], "negative dimension"),
+        ([TensorDecl("a", "float32", (2, 3), 2)], "shard_axis 2 out of range"),
+        ([TensorDecl("", "float32", (2,))], "empty name"),
+    ],
+)
+def test_bad_push_headers(decls: list[TensorDecl], match: str) -> None:
+    with pytest.raises(InvalidArgument, match=match):
+        make().begin_push(0, decls, timeout=0)
+
+
+def test_bad_bytes_and_incomplete_pushes() -> None:
+    service = make()
+    session = service.begin_push(0, [TensorDecl("a", "float32", (4,))], timeout=0)
+    with pytest.raises(InvalidArgument, match="not in the push header"):
+        session.write("b", 0, b"1234")
+    with pytest.raises(InvalidArgument, match="expected bytes at offset 0, got 4"):
+        session.write("a", 4, b"1234")
+    with pytest.raises(InvalidArgument, match="20 bytes sent, more than the 16"):
+        session.write("a", 0, b"x" * 20)
+    session.write("a", 0, b"x" * 8)
+    with pytest.raises(InvalidArgument, match=r"a \(8/16 bytes\)"):
+        session.finish()
+    session.abort()
+    assert service.versions().staged == ()
+    with pytest.raises(NotFound, match="not staged"):
+        service.commit(0)
+
+
+def test_pull_errors_name_what_is_held() -> None:
+    service = make(replica_id=3)
+    with pytest.raises(NotFound, match=r"replica 3 holds no versions.*restarted replica is empty"):
+        service.get(None)
+    push(service, 4, {"a": np.ones((4, 4))})
+    with pytest.raises(NotFound, match=r"version 9 is not held by replica 3; held: \[4\]"):
+        service.plan_pull(9)
+    with pytest.raises(NotFound, match="no tensor 'b'"):
+        service.plan_pull(4, ["b"])
+    with pytest.raises(InvalidArgument, match=r"slice \[2, 5\) out of range on axis 1"):
+        service.plan_pull(4, slices={"a": ([0, 2], [4, 5])})
+    with pytest.raises(InvalidArgument, match="rank 2"):
+        service.plan_pull(4, slices={"a": ([0], [4])})
+
+
+def test_without_consumers_commit_evicts_the_oldest_beyond_n() -> None:
+    service = make(max_versions=2)
+    for v in range(4):
+        push(service, v, {"a": np.full(3, v)})
+    assert [s.version for s in service.versions().versions] == [2, 3]
+    assert read(service, None)["a"].tolist() == [3, 3, 3]
+
+
+def test_gc_waits_for_every_consumer_and_keeps_the_newest() -> None:
+    service = make(max_versions=3)
+    for v in range(3):
+        push(service, v, {"a": np.full(3, v)})
+    assert service.confirm("w0", 1) == [0]  # w0 past 0, nobody else registered: 0 goes
+    assert [s.version for s in service.versions().versions] == [1, 2]
+    assert service.confirm("w1", 1) == []  # w1 has not passed 1
+    assert service.confirm("w1", 2) == []  # w0 still at 1
+    assert service.confirm("w0", 5) == [1]  # both past 1; 2 is the newest: kept
+    summary = service.versions()
+    assert [s.version for s in summary.versions] == [2]
+    assert summary.consumers == {"w0": 5, "w1": 2}
+    assert summary.versions[0].confirmed_by == ("w0", "w1")
+    assert service.confirm("w0", 0) == [] and service.versions().consumers["w0"] == 5
+    with pytest.raises(InvalidArgument, match="consumer_id"):
+        service.confirm("", 1)
+
+
+def test_full_push_fails_after_its_deadline_naming_versions_and_laggards() -> None:
+    service = make(max_versions=2, replica_id=1)
+    push(service, 0, {"a": np.ones(2)})
+    push(service, 1, {"a": np.ones(2)})
+    service.confirm("slow", 0)
+    service.confirm("fast", 1)
+    with pytest.raises(ResourceExhausted) as info:
+        service.begin_push(2, [TensorDecl("a", "float64", (2,))], timeout=0.2)
+    message = str(info.value)
+    assert "replica 1 holds versions [0, 1]" in message and "max_versions=2" in message
+    assert "slow (confirmed 0)" in message and "fast" not in message
+
+
+def test_full_push_proceeds_when_a_confirmation_frees_a_version() -> None:
+    service = make(max_versions=2)
+    push(service, 0, {"a": np.ones(2)})
+    push(service, 1, {"a": np.ones(2)})
+    service.confirm("w", 0)
+    admitted = threading.Event()
+
+    def pusher() -> None:
+        push(service, 2, {"a": np.full(2, 2.0)}, timeout=60)
+        admitted.set()
+
+    thread = threading.Thread(target=pusher)
+    thread.start()
+    time.sleep(0.2)
+    assert not admitted.is_set() and [v.version for v in service.versions().versions] == [0, 1]
+    service.confirm("w", 1)  # past 0: it is freed, the push gets its room
+    thread.join(30)
+    assert admitted.is_set()
+    assert [v.version for v in service.versions().versions] == [1, 2]
+
+
+def test_drop_frees_room_and_unknown_drop_is_not_found() -> None:
+    service = make(max_versions=1)
+    push(service, 0, {"a": np.ones(2)})
+    service.confirm("w", 0)
+    with pytest.raises(ResourceExhausted):
+        service.begin_push(1, [TensorDecl("a", "float64", (2,))], timeout=0)
+    service.drop(0)
+    push(service, 1, {"a": np.ones(2)})
+    with pytest.raises(NotFound, match="held: \\[1\\]"):
+        service.drop(7)
+
+
+def test_a_pull_in_flight_survives_gc_of_its_version() -> None:
+    service = make(max_versions=1)
+    w = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    push(service, 0, {"w": w})
+    plan = service.plan_pull(0)
+    push(service, 1, {"w": w + 1})  # evicts 0 while the plan still holds it
+    with pytest.raises(NotFound):
+        service.plan_pull(0)
+    got = np.concatenate([s.reshape(-1) for s in plan.slabs(plan.metas[0])])
+    assert np.array_equal(got.reshape(64, 64), w)
+
+
+def test_config_checks_its_fields() -> None:
+    with pytest.raises(ConfigError, match="max_versions"):
+        from_dict(ParamServerConfig, {"max_versions": 0})
+    with pytest.raises(ConfigError, match="replica_id"):
+        from_dict(ParamServerConfig, {"replica_id": -1})
