@@ -1,12 +1,42 @@
-"""Configuration of the rlx verifier service."""
+"""Configuration of the rlx verifier: the judge (sandbox, pool, retries, math) and the server."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlx_core.errors import ConfigError
 from rlx_core.serving import ServerConfig
 
-__all__ = ["VerifierConfig"]
+__all__ = ["JudgeConfig", "VerifierConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeConfig:
+    """How code and answers are judged."""
+
+    workers: int = 0  # concurrent sandboxed runs; 0 = the number of CPU cores
+    unsafe_no_sandbox: bool = False  # run untrusted code without bubblewrap (warns every request)
+    sandbox_uid_base: int = 61000  # first host uid the sandboxed code runs as (when root), >= 1000
+    infra_retries: int = 2  # extra attempts after an INFRA verdict before reporting it, >= 0
+    partial_credit: bool = False  # score = fraction of passed tests instead of all-or-nothing
+    stop_on_first_failure: bool = True  # skip the remaining tests once one fails (no partial)
+    output_mb: int = 16  # largest program output, MiB, >= 1
+    cache_size: int = 4096  # verdicts kept by (code hash, test hash); 0 disables the cache
+    math_workers: int = 0  # math-verify worker processes; 0 = min(2, cores)
+    math_timeout_s: float = 5.0  # per answer, then the worker is killed and the verdict is WA
+
+    def __post_init__(self) -> None:
+        for name in ("workers", "infra_retries", "cache_size", "math_workers"):
+            if getattr(self, name) < 0:
+                raise ConfigError("must be >= 0", field=name, value=getattr(self, name))
+        if self.sandbox_uid_base < 1000:
+            raise ConfigError(
+                "must be >= 1000", field="sandbox_uid_base", value=self.sandbox_uid_base
+            )
+        if self.output_mb < 1:
+            raise ConfigError("must be >= 1", field="output_mb", value=self.output_mb)
+        if self.math_timeout_s <= 0:
+            raise ConfigError("must be > 0", field="math_timeout_s", value=self.math_timeout_s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -14,3 +44,4 @@ class VerifierConfig:
     """Everything `rlx-verifier` reads from its TOML file and flags."""
 
     server: ServerConfig = field(default_factory=ServerConfig)  # where and how it listens
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # sandbox, pool, retries, math

@@ -1,0 +1,392 @@
+"""The public judge: `Verifier.judge` (stdin/stdout tests), `run_program` (assert style), `math`.
+
+A verdict is one of AC WA PE TLE MLE RE CE INFRA. INFRA means the verifier failed (sandbox could
+not start, a checker FAILed); it is retried `infra_retries` times and then reported with
+`score = None`, which callers must exclude from training, never count as 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from threading import Lock
+from typing import TYPE_CHECKING, TypeVar
+
+from rlx_core.errors import InvalidArgument
+from rlx_verifier.checkers import CheckResult, compare, run_checker
+from rlx_verifier.config import JudgeConfig
+from rlx_verifier.languages import Language, compose_assert_program, detect_languages, resolve
+from rlx_verifier.sandbox import Limits, RunResult, Sandbox, SandboxError
+
+if TYPE_CHECKING:
+    from rlx_verifier.math_answers import MathPool
+
+__all__ = ["STATUSES", "TestCase", "TestResult", "Verdict", "Verifier"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
+
+STATUSES = ("AC", "WA", "PE", "TLE", "MLE", "RE", "CE", "INFRA")
+# stderr of a failed assertion: Python, C/C++ (glibc), Rust
+ASSERT_MARKERS = (b"AssertionError", b"Assertion `", b"assertion `left == right` failed")
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One stdin/stdout test."""
+
+    __test__ = False  # not a pytest class
+
+    stdin: str | bytes = ""
+    answer: str | bytes = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestResult:
+    __test__ = False  # not a pytest class
+
+    status: str
+    time_s: float = 0.0  # CPU seconds
+    memory_kb: int = 0  # peak resident memory
+    exit_code: int | None = None
+    signal: int | None = None
+    stderr: str = ""  # first bytes
+    message: str = ""  # comparator or checker message
+    score: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    status: str
+    score: float | None  # None for INFRA: exclude the sample, never score it 0
+    tests: tuple[TestResult, ...] = ()
+    message: str = ""
+    compile_output: str = ""
+    attempts: int = 1
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _b(data: str | bytes) -> bytes:
+    return data.encode() if isinstance(data, str) else data
+
+
+class Verifier:
+    """Local backend: a bubblewrap sandbox and a pool of `workers` concurrent runs."""
+
+    def __init__(self, config: JudgeConfig | None = None) -> None:
+        self.config = config or JudgeConfig()
+        self.sandbox = Sandbox(
+            unsafe=self.config.unsafe_no_sandbox, uid_base=self.config.sandbox_uid_base
+        )
+        self.languages: dict[str, Language] = detect_languages()
+        self.workers = self.config.workers or os.cpu_count() or 1
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="rlx-judge")
+        self._cache: OrderedDict[str, Verdict] = OrderedDict()
+        self._cache_lock = Lock()
+        self._math: MathPool | None = None
+        log.info(
+            "verifier: sandbox %s, %d workers, languages: %s",
+            self.sandbox.mode,
+            self.workers,
+            ", ".join(f"{n} ({lang.version})" for n, lang in self.languages.items()),
+        )
+
+    # --- public API -------------------------------------------------------------------------
+    def judge(
+        self,
+        language: str,
+        source: str,
+        tests: Sequence[TestCase],
+        *,
+        checker: str | None = None,
+        comparator: str = "tokens",
+        time_limit_s: float = 2.0,
+        memory_mb: int = 256,
+    ) -> Verdict:
+        """Compile once, run every test, compare (or run `checker`): the verdict of the first
+        failing test, or AC."""
+        if not tests:
+            raise InvalidArgument("judge needs at least one test")
+        lang = resolve(self.languages, language)
+        key = self._key(
+            "judge",
+            lang.name,
+            source,
+            comparator,
+            checker,
+            time_limit_s,
+            memory_mb,
+            [(_b(t.stdin).hex(), _b(t.answer).hex()) for t in tests],
+        )
+        return self._cached(
+            key,
+            lambda: self._judge(lang, source, tests, checker, comparator, time_limit_s, memory_mb),
+        )
+
+    def run_program(
+        self,
+        language: str,
+        source: str,
+        *,
+        harness: str = "",
+        stdin: str | bytes = "",
+        time_limit_s: float = 5.0,
+        memory_mb: int = 512,
+    ) -> Verdict:
+        """Assert style: AC iff the program runs to its end with exit status 0.
+
+        With a `harness` (the tests), the candidate `source` runs first and only the end of the
+        harness can print the per-request marker: exiting early, rebinding the harness's names
+        or returning always-equal objects is not AC. Without one, exit status 0 is AC.
+        """
+        lang = resolve(self.languages, language)
+        key = self._key("run", lang.name, source, harness, _b(stdin).hex(), time_limit_s, memory_mb)
+        return self._cached(
+            key,
+            lambda: self._run_program(lang, source, harness, _b(stdin), time_limit_s, memory_mb),
+        )
+
+    def math(self, response: str, gold: str, *, extractor: str = "auto") -> Verdict:
+        """Extract the final answer of `response` and compare it with `gold` (math-verify)."""
+        from rlx_verifier.math_answers import MathPool
+
+        if self._math is None:
+            self._math = MathPool(
+                self.config.math_workers or min(2, os.cpu_count() or 1), self.config.math_timeout_s
+            )
+        return self._math.judge(response, gold, extractor=extractor)
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """Run `fn` over `items` on the worker pool (for batches of judge calls)."""
+        return list(self._pool.map(fn, items))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        if self._math is not None:
+            self._math.close()
+        self.sandbox.close()
+
+    def __enter__(self) -> Verifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals --------------------------------------------------------------------------
+    @staticmethod
+    def _key(*parts: object) -> str:
+        return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
+
+    def _cached(self, key: str, compute: Callable[[], Verdict]) -> Verdict:
+        if self.config.unsafe_no_sandbox:
+            log.warning("verifier: running untrusted code WITHOUT a sandbox (unsafe_no_sandbox)")
+        with self._cache_lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        verdict = self._with_retries(compute)
+        if verdict.status != "INFRA" and self.config.cache_size:
+            with self._cache_lock:
+                self._cache[key] = verdict
+                while len(self._cache) > self.config.cache_size:
+                    self._cache.popitem(last=False)
+        return verdict
+
+    def _with_retries(self, compute: Callable[[], Verdict]) -> Verdict:
+        attempts = self.config.infra_retries + 1
+        verdict = Verdict(status="INFRA", score=None)
+        for attempt in range(1, attempts + 1):
+            try:
+                verdict = compute()
+            except SandboxError as e:
+                log.warning("verifier: INFRA (attempt %d/%d): %s", attempt, attempts, e)
+                verdict = Verdict(status="INFRA", score=None, message=str(e))
+            if verdict.status != "INFRA":
+                break
+        return Verdict(**{**verdict.__dict__, "attempts": attempt})
+
+    def _build(self, lang: Language, source: str) -> tuple[str, Verdict | None]:
+        """Write and compile the submission; (build dir, a CE verdict or None)."""
+        build = self.sandbox.workdir()
+        path = os.path.join(build, lang.source)
+        with open(path, "w") as f:
+            f.write(source)
+        os.chmod(path, 0o644)
+        if not lang.compile:
+            return build, None
+        limits = Limits(
+            cpu_s=lang.compile_s,
+            wall_s=lang.compile_s * 2 + 5,
+            memory_mb=lang.compile_as_mb,
+            nproc=64,
+            output_mb=256,
+            tmp_mb=512,
+        )
+        r = self.sandbox.run(
+            list(lang.compile),
+            limits=limits,
+            rw_binds=[(build, "/build")],
+            ro_binds=list(lang.binds),
+            cwd="/build",
+            env=dict(lang.env),
+        )
+        if r.exit_code == 0:
+            return build, None
+        why = "compilation timed out" if r.wall_timeout or r.signal else "compilation failed"
+        text = r.stderr.decode(errors="replace") or r.stdout[:4096].decode(errors="replace")
+        return build, Verdict(status="CE", score=0.0, message=why, compile_output=text)
+
+    def _limits(self, lang: Language, time_limit_s: float, memory_mb: int) -> Limits:
+        return Limits(
+            cpu_s=time_limit_s,
+            wall_s=time_limit_s * 2 + 1,
+            memory_mb=memory_mb + lang.extra_as_mb,
+            nproc=lang.nproc,
+            output_mb=self.config.output_mb,
+        )
+
+    def _execute(self, lang: Language, build: str, stdin: bytes, limits: Limits) -> RunResult:
+        memory = limits.memory_mb - lang.extra_as_mb
+        argv = [a.replace("{memory_mb}", str(memory)) for a in lang.run]
+        return self.sandbox.run(
+            argv,
+            limits=limits,
+            stdin=stdin,
+            ro_binds=[(build, "/prog"), *lang.binds],
+            env=dict(lang.env),
+        )
+
+    @staticmethod
+    def _failure(lang: Language, r: RunResult, time_limit_s: float, memory_mb: int) -> str | None:
+        """TLE, MLE or RE when the run itself failed, else None."""
+        if r.wall_timeout or r.signal == signal.SIGXCPU:
+            return "TLE"
+        # Peak RSS from wait4 also counts the launcher (forked from this process), so it cannot
+        # decide MLE: runtimes that hit RLIMIT_AS say so on stderr.
+        if any(m in r.stderr or m in r.stdout[-4096:] for m in lang.memory_markers):
+            return "MLE"
+        if r.output_limit:
+            return "WA"
+        if r.exit_code != 0:
+            return "RE"
+        return None
+
+    @staticmethod
+    def _result(r: RunResult, status: str, message: str = "", score: float = 0.0) -> TestResult:
+        return TestResult(
+            status=status,
+            time_s=round(r.wall_s, 4),
+            memory_kb=r.max_rss_kb,
+            exit_code=r.exit_code,
+            signal=r.signal,
+            stderr=r.stderr[:1024].decode(errors="replace"),
+            message=message or ("output limit exceeded" if r.output_limit else ""),
+            score=score,
+        )
+
+    def _judge(
+        self,
+        lang: Language,
+        source: str,
+        tests: Sequence[TestCase],
+        checker: str | None,
+        comparator: str,
+        time_limit_s: float,
+        memory_mb: int,
+    ) -> Verdict:
+        build, ce = self._build(lang, source)
+        try:
+            if ce is not None:
+                return ce
+            limits = self._limits(lang, time_limit_s, memory_mb)
+            results: list[TestResult] = []
+            for test in tests:
+                r = self._execute(lang, build, _b(test.stdin), limits)
+                failed = self._failure(lang, r, time_limit_s, memory_mb)
+                if failed is not None:
+                    results.append(self._result(r, failed))
+                else:
+                    check = (
+                        self._check(checker, test, r.stdout)
+                        if checker is not None
+                        else compare(r.stdout, _b(test.answer), mode=comparator)
+                    )
+                    results.append(self._result(r, check.status, check.message, check.score))
+                if (
+                    results[-1].status != "AC"
+                    and self.config.stop_on_first_failure
+                    and not self.config.partial_credit
+                ):
+                    break
+            return self._aggregate(results, len(tests))
+        finally:
+            shutil.rmtree(build, ignore_errors=True)
+
+    def _check(self, checker: str, test: TestCase, output: bytes) -> CheckResult:
+        data = self.sandbox.workdir()
+        try:
+            paths = []
+            for name, content in (
+                ("input", _b(test.stdin)),
+                ("output", output),
+                ("answer", _b(test.answer)),
+            ):
+                path = os.path.join(data, name)
+                with open(path, "wb") as f:
+                    f.write(content)
+                os.chmod(path, 0o644)
+                paths.append(path)
+            return run_checker(self.sandbox, checker, *paths)
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
+
+    def _aggregate(self, results: list[TestResult], total: int) -> Verdict:
+        failed = next((t for t in results if t.status != "AC"), None)
+        if failed is None:
+            return Verdict(status="AC", score=1.0, tests=tuple(results))
+        passed = sum(t.score if t.status == "AC" else 0.0 for t in results)
+        score = passed / total if self.config.partial_credit else 0.0
+        return Verdict(
+            status=failed.status, score=score, tests=tuple(results), message=failed.message
+        )
+
+    def _run_program(
+        self,
+        lang: Language,
+        source: str,
+        harness: str,
+        stdin: bytes,
+        time_limit_s: float,
+        memory_mb: int,
+    ) -> Verdict:
+        mark = secrets.token_hex(16) if harness else ""
+        program = compose_assert_program(lang, source, harness, mark) if harness else source
+        build, ce = self._build(lang, program)
+        try:
+            if ce is not None:
+                return ce
+            r = self._execute(lang, build, stdin, self._limits(lang, time_limit_s, memory_mb))
+            failed = self._failure(lang, r, time_limit_s, memory_mb)
+            if failed == "WA":  # an output flood is not running to the end
+                failed = "RE"
+            if failed == "RE" and any(m in r.stderr for m in ASSERT_MARKERS):
+                failed = "WA"  # a failed assertion is a wrong answer
+            if failed is None and mark and r.stdout.rstrip().rsplit(b"\n", 1)[-1] != mark.encode():
+                result = self._result(r, "RE", "the program did not run to the end of the tests")
+                return Verdict(status="RE", score=0.0, tests=(result,), message=result.message)
+            result = self._result(r, failed or "AC")
+            if failed is None:
+                return Verdict(status="AC", score=1.0, tests=(result,))
+            return Verdict(status=failed, score=0.0, tests=(result,), message=result.message)
+        finally:
+            shutil.rmtree(build, ignore_errors=True)

@@ -1,0 +1,58 @@
+"""Math answers: extraction rules, math-verify equivalence, and hard kills on hostile inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlx_verifier import Verifier, extract_answer
+
+from .conftest import DATA
+
+
+@pytest.mark.parametrize(
+    ("text", "extractor", "expected"),
+    [
+        ("so we get \\boxed{\\frac{1}{2}} at last", "auto", "\\frac{1}{2}"),
+        ("\\boxed{1} then \\boxed{x^{2}+1}", "auto", "x^{2}+1"),
+        ("Natalia sold 48+24 = 72 clips.\n#### 72", "auto", "72"),
+        ("#### 1,234", "hash", "1234"),
+        ("Thus the answer is 17.", "auto", "17"),
+        ("The answer is: $3\\sqrt{2}$", "answer_is", "3\\sqrt{2}"),
+        ("I think 3 apples and then 42", "auto", "42"),
+        ("no digits here", "auto", None),
+        ("\\boxed{5} but the answer is 6", "answer_is", "6"),
+    ],
+)
+def test_extract_answer(text: str, extractor: str, expected: str | None) -> None:
+    assert extract_answer(text, extractor) == expected
+
+
+def test_math_verdicts_and_hostile_inputs(verifier: Verifier) -> None:
+    cases = [
+        ("so \\boxed{\\frac{1}{2}}", "0.5", "AC"),
+        ("the answer is $\\frac{2}{4}$.", "\\frac{1}{2}", "AC"),
+        ("\\boxed{\\sqrt{8}}", "2\\sqrt{2}", "AC"),
+        ("\\boxed{3}", "4", "WA"),
+        ("nothing", "4", "WA"),
+        ("\\boxed{9^{9^{9^9}}}", "1", "WA"),  # sympy would hang: the worker is killed
+        ("\\boxed{10^{10^{10^{10}}}}", "10^{10^{10^{10}}}+1", "WA"),
+    ]
+    got = verifier.map(lambda c: verifier.math(c[0], c[1]).status, cases)
+    assert got == [c[2] for c in cases]
+    # The pool survives the kills and still answers.
+    assert verifier.math("\\boxed{2}", "2").status == "AC"
+
+
+def test_gsm8k_and_math500_gold_answers_are_accepted(verifier: Verifier) -> None:
+    with open(DATA / "math" / "gsm8k_test.jsonl") as f:
+        gsm = [json.loads(line) for _, line in zip(range(10), f, strict=False)]
+    with open(DATA / "math" / "math500_test.jsonl") as f:
+        m500 = [json.loads(line) for _, line in zip(range(10), f, strict=False)]
+    jobs = [(row["answer"], row["answer"].split("####")[-1]) for row in gsm]
+    jobs += [(row["solution"], row["answer"]) for row in m500]
+    got = verifier.map(lambda j: verifier.math(j[0], j[1]).status, jobs)
+    assert got == ["AC"] * len(jobs)
+    wrong = verifier.math("So the answer is 1000001.", gsm[0]["answer"])
+    assert wrong.status == "WA"
