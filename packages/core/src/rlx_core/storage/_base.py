@@ -173,6 +173,23 @@ class Storage:
         """Delete one object; False if there was nothing to delete."""
         raise NotImplementedError
 
+    def _map(self, exc: Exception, key: str) -> RlxError | None:
+        """The RlxError a backend exception means for `key`, or None to let it propagate."""
+        return None
+
+    @contextlib.contextmanager
+    def _errors(self, key: str) -> Iterator[None]:
+        """Turn a backend's exceptions into RlxErrors naming the object's URI (via `_map`)."""
+        try:
+            yield
+        except RlxError:
+            raise
+        except Exception as e:
+            mapped = self._map(e, key)
+            if mapped is None:
+                raise
+            raise mapped from e
+
     def _delete_keys(self, keys: builtins.list[str]) -> None:
         """Delete many objects in order, ignoring missing ones. Backends may batch."""
         for key in keys:

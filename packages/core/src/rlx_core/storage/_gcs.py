@@ -4,9 +4,7 @@ resumable, is atomic on GCS, so no temporaries are needed."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from rlx_core.errors import (
@@ -103,18 +101,6 @@ class GCSStorage(Storage):
             if isinstance(exc, types):
                 return cls(f"{self.key_uri(key)}: {what}: {exc}")
         return None
-
-    @contextlib.contextmanager
-    def _errors(self, key: str) -> Iterator[None]:
-        try:
-            yield
-        except RlxError:
-            raise
-        except Exception as e:
-            mapped = self._map(e, key)
-            if mapped is None:
-                raise
-            raise mapped from e
 
     def _put(self, key: str, data: bytes) -> None:
         with self._errors(key):

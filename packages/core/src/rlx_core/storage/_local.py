@@ -28,19 +28,15 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/")) if key else self.root
 
+    def _map(self, exc: Exception, key: str) -> RlxError | None:
+        return self._error(exc, key) if isinstance(exc, OSError) else None
+
     def _error(self, e: OSError, key: str) -> RlxError:
         if e.errno in _MISSING:
             return NotFound(f"no object at {self.key_uri(key)}")
         if isinstance(e, PermissionError):
             return PermissionDenied(f"{self.key_uri(key)}: permission denied ({e.strerror})")
         return Internal(f"{self.key_uri(key)}: {e}")
-
-    @contextlib.contextmanager
-    def _errors(self, key: str) -> Iterator[None]:
-        try:
-            yield
-        except OSError as e:
-            raise self._error(e, key) from e
 
     @contextlib.contextmanager
     def _atomic_target(self, key: str) -> Iterator[str]:

@@ -4,10 +4,8 @@ atomic on S3, so no temporaries are needed."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from rlx_core.errors import (
@@ -128,18 +126,6 @@ class S3Storage(Storage):
             (Unavailable, "S3 is unavailable") if status >= 500 else (Internal, "S3 error"),
         )
         return cls(f"{self.key_uri(key)}: {what} ({code}): {e}")
-
-    @contextlib.contextmanager
-    def _errors(self, key: str) -> Iterator[None]:
-        try:
-            yield
-        except RlxError:
-            raise
-        except Exception as e:
-            mapped = self._map(e, key)
-            if mapped is None:
-                raise
-            raise mapped from e
 
     def _put(self, key: str, data: bytes) -> None:
         with self._errors(key):
