@@ -16,7 +16,12 @@ __all__ = ["main", "serve"]
 def serve(config: TrainerConfig, *, on_ready: Callable[[str], None] | None = None) -> int:
     """Run the server until SIGTERM, SIGINT or a Shutdown call; return the exit code."""
     service = TrainerService(config)
-    return run_service(service.lifecycle, config.server, registrations(service), on_ready=on_ready)
+    try:
+        return run_service(
+            service.lifecycle, config.server, registrations(service), on_ready=on_ready
+        )
+    finally:
+        service.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

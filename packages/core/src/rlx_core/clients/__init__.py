@@ -5,5 +5,14 @@ One module per service; each joins `__all__` here in the issue that builds that 
 
 from rlx_core.clients.lifecycle import LifecycleClient
 from rlx_core.clients.paramserver import ParamServerClient, ReplicatedPushClient, replica_for
+from rlx_core.clients.trainer import StepResult, TrainBatch, TrainerClient
 
-__all__ = ["LifecycleClient", "ParamServerClient", "ReplicatedPushClient", "replica_for"]
+__all__ = [
+    "LifecycleClient",
+    "ParamServerClient",
+    "ReplicatedPushClient",
+    "StepResult",
+    "TrainBatch",
+    "TrainerClient",
+    "replica_for",
+]

@@ -1,0 +1,144 @@
+"""The compiled pieces of a training step: per-token log-probs (the π_old prefill and the training
+forward), the gradient of one microbatch (RL objective or SFT cross-entropy), and the optimizer
+update. The loop that strings them together lives in `rlx_trainer.trainer`.
+
+Layout: a microbatch is n = b·G rows of S positions. Per-token arrays are [n, S] and aligned with
+the tokens (entry t is about token t, predicted from tokens < t; entry 0 is always 0), so rows
+shard over (data, fsdp) like any batch; the objective sees them reshaped to [b, G, S].
+
+Aligned mode (DESIGN §6): the training forward is `jax.checkpoint(logprobs,
+policy=nothing_saveable)` around the *whole* log-prob function, so XLA compiles its primal like
+the plain jitted prefill that computes π_old and r = π_θ/π_old is exactly 1.0 on the first
+update. Both go through the same Python function with the same shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlx_model import ModelConfig, Params, token_logprobs
+from rlx_trainer.objective import ObjectiveBatch, RLObjective
+
+__all__ = ["StepFunctions"]
+
+sg = jax.lax.stop_gradient
+Arrays = dict[str, jax.Array]
+
+
+def _shift(x: jax.Array) -> jax.Array:
+    """[n, S] predictions of token t+1 at t -> entry t about token t (entry 0 = 0)."""
+    return jnp.pad(x[:, :-1], ((0, 0), (1, 0)))
+
+
+def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+class StepFunctions:
+    """Jitted functions for one model config, objective, optimizer and alignment mode."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        objective: RLObjective | None,
+        optimizer: optax.GradientTransformation,
+        *,
+        group: int,
+        aligned: bool,
+        chunk_size: int = 128,
+    ) -> None:
+        self.cfg = cfg
+        self.objective = objective
+        self.optimizer = optimizer
+        self.group = group
+        self.aligned = aligned
+        self.chunk_size = chunk_size
+
+        plain = partial(self._logprobs)
+        self._train_logprobs: Callable[..., tuple[jax.Array, jax.Array]] = (
+            jax.checkpoint(plain, policy=jax.checkpoint_policies.nothing_saveable)
+            if aligned
+            else plain
+        )
+        self.prefill = jax.jit(plain)
+        self.rl_grad = jax.jit(
+            jax.value_and_grad(self._rl_loss, has_aux=True), static_argnames=("max_len",)
+        )
+        self.sft_grad = jax.jit(jax.value_and_grad(self._sft_loss, has_aux=True))
+        self.add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
+        self.apply = jax.jit(self._apply)
+
+    def _logprobs(self, params: Params, mb: Arrays) -> tuple[jax.Array, jax.Array]:
+        """log π(token t | tokens < t) and the entropy of that distribution, [n, S] each."""
+        targets = jnp.roll(mb["tokens"], -1, axis=1)
+        logp, entropy = token_logprobs(
+            params,
+            self.cfg,
+            mb["tokens"],
+            targets,
+            mb["positions"],
+            valid=mb["valid"],
+            chunk_size=self.chunk_size,
+        )
+        return _shift(logp), _shift(entropy)
+
+    def _grouped(self, x: jax.Array) -> jax.Array:
+        n = x.shape[0]
+        return x.reshape(n // self.group, self.group, *x.shape[1:])
+
+    def _rl_loss(
+        self,
+        params: Params,
+        mb: Arrays,
+        old_logp: jax.Array,
+        ref_logp: jax.Array | None,
+        *,
+        max_len: int | None,
+    ) -> tuple[jax.Array, Arrays]:
+        assert self.objective is not None
+        logp, entropy = self._train_logprobs(params, mb)
+        mask = mb["loss_mask"]
+        batch = ObjectiveBatch(
+            old_logp=self._grouped(old_logp),
+            sampler_logp=self._grouped(mb["sampler_logp"]),
+            ref_logp=None if ref_logp is None else self._grouped(ref_logp),
+            mask=self._grouped(mask),
+            rewards=mb["rewards"].reshape(-1, self.group),
+            max_len=max_len,
+        )
+        loss, metrics = self.objective(self._grouped(logp), batch)
+        ratio = jnp.exp(sg(logp) - old_logp)
+        on = mask > 0
+        metrics = dict(metrics)
+        metrics["ratio_min"] = jnp.min(jnp.where(on, ratio, jnp.inf))
+        metrics["ratio_max_abs_dev"] = jnp.max(jnp.where(on, jnp.abs(ratio - 1.0), 0.0))
+        metrics["entropy"] = _masked_mean(sg(entropy), mask)
+        if ref_logp is None:  # KL against π_old when there is no reference model
+            log_rho = old_logp - sg(logp)
+            metrics["kl_k1"] = _masked_mean(-log_rho, mask)
+            metrics["kl_k3"] = _masked_mean(jnp.exp(log_rho) - log_rho - 1.0, mask)
+        return loss, metrics
+
+    def _sft_loss(
+        self, params: Params, mb: Arrays, denominator: jax.Array
+    ) -> tuple[jax.Array, Arrays]:
+        """Σ −log π(token) over the mask / `denominator` (the minibatch's masked tokens), so
+        summing microbatch gradients gives the token-mean over the whole minibatch."""
+        logp, entropy = self._train_logprobs(params, mb)
+        mask = mb["loss_mask"]
+        loss = -(logp * mask).sum() / denominator
+        return loss, {"loss": loss, "entropy": _masked_mean(sg(entropy), mask)}
+
+    def _apply(
+        self, params: Params, opt_state: Any, grads: Params, scale: jax.Array
+    ) -> tuple[Params, Any, jax.Array]:
+        grads = jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads)
+        norm = optax.tree.norm(grads)
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, norm

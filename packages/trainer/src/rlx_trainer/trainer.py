@@ -1,0 +1,454 @@
+"""The trainer's state and its step: π_old recomputation, minibatch updates with gradient
+accumulation, metrics, and checkpoints. Plain Python around the compiled pieces of `step.py`;
+no RPC here.
+
+A step is computed first (`compute_step`) and adopted only afterwards (`commit`), so the service
+can push the new version to the paramserver in between and keep the old state if that fails:
+nothing is ever half-applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from rlx_core.clients.trainer import StepResult, TrainBatch
+from rlx_core.errors import ConfigError, FailedPrecondition
+from rlx_model import ModelConfig, Params, RopeScaling, make_mesh, param_shapes, param_shardings
+from rlx_model.decoder import unflatten
+from rlx_model.sharding import batch_sharding
+from rlx_trainer.batch import check_batch, split_batch
+from rlx_trainer.checkpoint import CheckpointStore
+from rlx_trainer.config import TrainerConfig
+from rlx_trainer.metrics import check_thresholds, mismatch, summarize
+from rlx_trainer.objective import K2KL, K3KL, RLObjective, preset
+from rlx_trainer.optim import make_optimizer, make_schedule
+from rlx_trainer.step import StepFunctions
+
+__all__ = ["TrainState", "Trainer", "flatten", "model_config_from_dict", "model_config_to_dict"]
+
+log = logging.getLogger(__name__)
+
+_NP_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+CHECKPOINT_FORMAT = 1
+
+_FUNCTIONS: dict[tuple[Any, ...], StepFunctions] = {}
+
+# Pulls the params of an older version (from the paramserver): version -> '/'-path -> array
+Puller = Callable[[int], dict[str, np.ndarray]]
+
+
+def flatten(tree: Params, prefix: str = "") -> dict[str, Any]:
+    """{'layers': {'q': x}} -> {'layers/q': x}."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out |= flatten(value, path + "/")
+        else:
+            out[path] = value
+    return out
+
+
+def model_config_to_dict(cfg: ModelConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def model_config_from_dict(data: dict[str, Any]) -> ModelConfig:
+    data = dict(data)
+    if data.get("rope_scaling") is not None:
+        data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
+    data["eos_token_ids"] = tuple(data.get("eos_token_ids") or ())
+    return ModelConfig(**data)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+    """Everything a checkpoint restores: params, optimizer state, step, update count, RNG."""
+
+    params: Params
+    opt_state: Any
+    step: int  # completed training steps == the weight version these params are
+    updates: int  # optimizer updates applied (the schedule's position)
+    rng: jax.Array  # uint32 [2], split once per step
+
+
+def _has_kl(objective: RLObjective) -> bool:
+    return any(isinstance(r, (K3KL, K2KL)) and r.beta > 0 for r in objective.regularisers)
+
+
+class Trainer:
+    """One model's training state on a mesh, and the step that advances it."""
+
+    def __init__(
+        self,
+        config: TrainerConfig,
+        model_cfg: ModelConfig,
+        params: Params,
+        *,
+        seed: int = 0,
+        puller: Puller | None = None,
+        _restored: tuple[TrainState, Params | None] | None = None,
+    ) -> None:
+        """Start from `params` (numpy or jax arrays, cast to config.model.param_dtype)."""
+        self.config = config
+        opts = config.model
+        self.cfg = dataclasses.replace(
+            model_cfg,
+            param_dtype=opts.param_dtype,
+            compute_dtype=opts.compute_dtype,
+            remat=opts.remat,
+        )
+        self.seed = seed
+        self.puller = puller
+        shape = config.mesh.shape
+        self.mesh = make_mesh(shape, jax.devices()[: math.prod(shape)])
+        self.shardings = param_shardings(self.cfg, self.mesh)
+        self.optimizer = make_optimizer(config.optimizer)
+        self.schedule = make_schedule(config.optimizer)
+        self.objective = preset(config.objective.preset, **config.objective.overrides())
+        if _has_kl(self.objective) and config.update.reference == "none":
+            raise ConfigError(
+                f"the {config.objective.preset} preset has a KL term, which needs a reference "
+                'model: set update.reference = "init" or objective.beta = 0',
+                field="objective.beta",
+            )
+        self._kept: dict[int, dict[str, np.ndarray]] = {}
+        self.last_metrics: dict[str, float] = {}
+        if _restored is not None:
+            self.state, self.reference = _restored
+            return
+        placed = self.place(params)
+        self.state = TrainState(
+            params=placed,
+            opt_state=jax.jit(self.optimizer.init)(placed),
+            step=0,
+            updates=0,
+            rng=jax.random.PRNGKey(seed),
+        )
+        self.reference = placed if config.update.reference == "init" else None
+
+    # --- placement ------------------------------------------------------------------------
+    def place(self, params: Params) -> Params:
+        """Cast to the param dtype (on the host) and put on the mesh."""
+        dtype = _NP_DTYPES[self.cfg.param_dtype]
+        host = jax.tree.map(lambda x: np.asarray(x).astype(dtype, copy=False), params)
+        return jax.device_put(host, self.shardings)
+
+    def host_params(self, state: TrainState | None = None) -> dict[str, np.ndarray]:
+        """The params as '/'-path -> numpy array (what the paramserver receives)."""
+        params = (state or self.state).params
+        return {k: np.asarray(v) for k, v in flatten(jax.device_get(params)).items()}
+
+    @property
+    def num_params(self) -> int:
+        return sum(math.prod(s) for s in param_shapes(self.cfg).values())
+
+    def describe(self) -> str:
+        c = self.cfg
+        return (
+            f"{c.family} L{c.num_layers} d{c.hidden_size} h{c.num_heads}/{c.num_kv_heads} "
+            f"V{c.vocab_size} {c.param_dtype}/{c.compute_dtype}"
+        )
+
+    @property
+    def kept_versions(self) -> list[int]:
+        return sorted(self._kept)
+
+    def shard_axes(self) -> dict[str, int]:
+        """Per tensor, the axis the model shards it on (the paramserver chunks along it)."""
+        from rlx_model.families import get_family
+
+        specs = get_family(self.cfg.family).specs_for(self.cfg)
+        return {
+            path: next((i for i, a in enumerate(spec) if a is not None), 0)
+            for path, spec in specs.items()
+        }
+
+    # --- the step -------------------------------------------------------------------------
+    def _functions(self, kind: str, group: int) -> StepFunctions:
+        c = self.config
+        key = (
+            self.cfg,
+            c.objective,
+            c.optimizer,
+            kind,
+            group,
+            c.update.aligned,
+            c.model.logprob_chunk,
+        )
+        if key not in _FUNCTIONS:  # shared by trainers of the same setup: compiled once
+            _FUNCTIONS[key] = StepFunctions(
+                self.cfg,
+                self.objective if kind == "rl" else None,
+                self.optimizer,
+                group=group,
+                aligned=c.update.aligned,
+                chunk_size=c.model.logprob_chunk,
+            )
+        return _FUNCTIONS[key]
+
+    def params_for_version(self, version: int) -> Params:
+        """The params of weight version `version`: current, kept, or pulled."""
+        if version == self.state.step:
+            return self.state.params
+        if version in self._kept:
+            return self.place(unflatten(self._kept[version]))
+        if self.puller is not None and self.config.paramserver.pull_old_versions:
+            log.info("pulling version %d's params from the paramserver for π_old", version)
+            return self.place(unflatten(self.puller(version)))
+        raise FailedPrecondition(
+            f"version {version}: its params are not held here (current {self.state.step}, kept "
+            f"{self.kept_versions or 'none'}) and there is no paramserver to pull them from; "
+            "raise keep_versions"
+        )
+
+    def check(self, batch: TrainBatch) -> None:
+        u = self.config.update
+        check_batch(
+            batch,
+            self.cfg,
+            u,
+            step=self.state.step,
+            rows_divisor=self.config.mesh.data * self.config.mesh.fsdp,
+        )
+
+    def _recompute(
+        self, batch: TrainBatch, fns: StepFunctions, micro: list[dict[str, jax.Array]]
+    ) -> tuple[list[jax.Array], list[jax.Array | None], dict[str, float], list[str]]:
+        """π_old (and π_ref) per microbatch with the prefill forward, and the mismatch stats."""
+        source = batch.version if self.config.old_policy == "generation" else self.state.step
+        old_params = self.params_for_version(source)
+        old = [fns.prefill(old_params, mb)[0] for mb in micro]
+        ref: list[jax.Array | None] = [None] * len(micro)
+        if self.reference is not None:
+            ref = [fns.prefill(self.reference, mb)[0] for mb in micro]
+        host_old = np.concatenate([np.asarray(x) for x in old])
+        assert batch.sampler_logp is not None
+        stats = mismatch(
+            batch.sampler_logp.reshape(host_old.shape),
+            host_old,
+            batch.loss_mask.reshape(host_old.shape),
+        )
+        return old, ref, stats, check_thresholds(stats, self.config.metrics)
+
+    def _updates(
+        self,
+        batch: TrainBatch,
+        fns: StepFunctions,
+        micro: list[dict[str, jax.Array]],
+        old: list[jax.Array],
+        ref: list[jax.Array | None],
+    ) -> tuple[Params, Any, list[dict[str, Any]], list[jax.Array]]:
+        """Epochs × minibatches optimizer updates, each on grad_accum microbatches."""
+        u = self.config.update
+        params, opt_state = self.state.params, self.state.opt_state
+        per_micro: list[dict[str, Any]] = []
+        norms: list[jax.Array] = []
+        max_len = batch.max_len or None
+        scale = jnp.float32(1.0 / u.grad_accum if batch.kind == "rl" else 1.0)
+        for _epoch in range(u.epochs):
+            for m in range(u.minibatches):
+                idx = range(m * u.grad_accum, (m + 1) * u.grad_accum)
+                denom = jnp.float32(sum(float(micro[k]["loss_mask"].sum()) for k in idx))
+                grads = None
+                for k in idx:
+                    if batch.kind == "rl":
+                        (_, mets), g = fns.rl_grad(
+                            params, micro[k], old[k], ref[k], max_len=max_len
+                        )
+                    else:
+                        (_, mets), g = fns.sft_grad(params, micro[k], denom)
+                    per_micro.append(mets)
+                    grads = g if grads is None else fns.add(grads, g)
+                params, opt_state, norm = fns.apply(params, opt_state, grads, scale)
+                norms.append(norm)
+        jax.block_until_ready(params)
+        return params, opt_state, per_micro, norms
+
+    def compute_step(self, batch: TrainBatch) -> tuple[TrainState, StepResult]:
+        """The state after training on `batch`, and the step's metrics; `self` is unchanged."""
+        start = time.perf_counter()
+        self.check(batch)
+        u = self.config.update
+        parts = u.minibatches * u.grad_accum
+        fns = self._functions(batch.kind, batch.tokens.shape[1])
+        micro = [
+            {k: jax.device_put(v, batch_sharding(self.mesh, v.ndim)) for k, v in mb.arrays.items()}
+            for mb in split_batch(batch, parts)
+        ]
+        old: list[jax.Array] = []
+        ref: list[jax.Array | None] = [None] * parts
+        stats: dict[str, float] = {}
+        warnings: list[str] = []
+        if batch.kind == "rl":
+            old, ref, stats, warnings = self._recompute(batch, fns, micro)
+        recompute_s = time.perf_counter() - start
+        params, opt_state, per_micro, norms = self._updates(batch, fns, micro, old, ref)
+        n_updates = u.epochs * u.minibatches
+        metrics = summarize(
+            jax.device_get(per_micro),
+            [float(x) for x in jax.device_get(norms)],
+            kind=batch.kind,
+            grad_accum=u.grad_accum,
+            per_epoch=parts,
+        )
+        metrics |= stats
+        metrics["lr"] = float(self.schedule(self.state.updates + n_updates - 1))
+        metrics["updates"] = float(n_updates)
+        metrics["recompute_s"] = recompute_s
+        metrics["compute_s"] = time.perf_counter() - start
+        valid = batch.valid if batch.valid is not None else np.ones(batch.tokens.shape, bool)
+        metrics["tokens"] = float(valid.sum())
+        new_state = TrainState(
+            params=params,
+            opt_state=opt_state,
+            step=self.state.step + 1,
+            updates=self.state.updates + n_updates,
+            rng=jax.random.split(self.state.rng)[0],
+        )
+        return new_state, StepResult(new_state.step, new_state.step, metrics, tuple(warnings))
+
+    def commit(self, new: TrainState, host_params: dict[str, np.ndarray] | None = None) -> None:
+        """Adopt `new`; the previous version's params join the kept versions (for π_old).
+        `host_params`: `new`'s params on the host, if the caller has them already."""
+        keep = self.config.keep_versions
+        if keep > 0:
+            if host_params is not None:
+                self._kept[new.step] = host_params
+            if self.state.step not in self._kept:
+                self._kept[self.state.step] = self.host_params()
+            # the current version is on device; `keep` older ones stay on the host
+            older = sorted(v for v in self._kept if v < new.step)
+            for v in older[: max(0, len(older) - keep)]:
+                del self._kept[v]
+        self.state = new
+
+    def train_step(self, batch: TrainBatch) -> StepResult:
+        """compute_step + commit, for callers without a paramserver in between."""
+        new, result = self.compute_step(batch)
+        self.commit(new)
+        self.last_metrics = dict(result.metrics)
+        return result
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def _state_tree(self) -> dict[str, Any]:
+        tree: dict[str, Any] = {
+            "params": self.state.params,
+            "opt_state": self.state.opt_state,
+            "rng": self.state.rng,
+        }
+        if self.reference is not None:
+            tree["reference"] = self.reference
+        return tree
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "step": self.state.step,
+            "updates": self.state.updates,
+            "seed": self.seed,
+            "model": model_config_to_dict(self.cfg),
+            "reference": self.reference is not None,
+        }
+
+    def save(self, store: CheckpointStore) -> int:
+        store.save(self.state.step, self._state_tree(), self.meta())
+        return self.state.step
+
+    def _abstract(self, with_reference: bool) -> dict[str, Any]:
+        dtype = jnp.dtype(_NP_DTYPES[self.cfg.param_dtype])
+        shardings = self.shardings
+        params = jax.tree.map(
+            lambda s, shape: jax.ShapeDtypeStruct(shape, dtype, sharding=s),
+            shardings,
+            unflatten(param_shapes(self.cfg)),
+            is_leaf=lambda x: isinstance(x, tuple),
+        )
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+        opt_shapes = jax.eval_shape(self.optimizer.init, params)
+        opt_state = optax.tree_map_params(
+            self.optimizer,
+            lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
+            opt_shapes,
+            shardings,
+            transform_non_params=lambda leaf: jax.ShapeDtypeStruct(
+                leaf.shape, leaf.dtype, sharding=replicated
+            ),
+            is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct),
+        )
+        tree = {
+            "params": params,
+            "opt_state": opt_state,
+            "rng": jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated),
+        }
+        if with_reference:
+            tree["reference"] = params
+        return tree
+
+    def restore(self, store: CheckpointStore, step: int | None = None) -> int:
+        """Replace the whole state by checkpoint `step` (None = newest) of this same model."""
+        step, meta = store.meta(step)
+        saved = model_config_from_dict(meta["model"])
+        # the same architecture; precision and remat are this trainer's (Orbax casts on restore)
+        saved = dataclasses.replace(
+            saved,
+            param_dtype=self.cfg.param_dtype,
+            compute_dtype=self.cfg.compute_dtype,
+            remat=self.cfg.remat,
+        )
+        if saved != self.cfg:
+            raise FailedPrecondition(
+                f"checkpoint step {step} under {store.uri} holds a different model "
+                f"({saved.family} L{saved.num_layers} d{saved.hidden_size}, "
+                f"{saved.param_dtype}) than this trainer's ({self.describe()})"
+            )
+        tree = store.restore(step, self._abstract(bool(meta.get("reference"))))
+        self.state = TrainState(
+            params=tree["params"],
+            opt_state=tree["opt_state"],
+            step=int(meta["step"]),
+            updates=int(meta["updates"]),
+            rng=tree["rng"],
+        )
+        self.reference = tree.get("reference")
+        if self.config.update.reference == "init" and self.reference is None:
+            raise FailedPrecondition(
+                f"checkpoint step {step} has no reference model but update.reference = 'init'"
+            )
+        self._kept.clear()
+        return step
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        config: TrainerConfig,
+        store: CheckpointStore,
+        step: int | None = None,
+        *,
+        puller: Puller | None = None,
+    ) -> Trainer:
+        """A trainer restored from `store` (the model config comes from the checkpoint)."""
+        step, meta = store.meta(step)
+        saved = model_config_from_dict(meta["model"])
+        trainer = cls(
+            config,
+            saved,
+            {},
+            seed=int(meta.get("seed", 0)),
+            puller=puller,
+            _restored=(TrainState({}, None, 0, 0, jnp.zeros(2, jnp.uint32)), None),
+        )
+        trainer.restore(store, step)
+        return trainer
