@@ -27,6 +27,7 @@ from rlx_core.rpc._handlers import rebuild
 __all__ = [
     "AuthClientInterceptor",
     "AuthServerInterceptor",
+    "create_token_file",
     "default_token_path",
     "resolve_token",
 ]
@@ -74,11 +75,14 @@ def resolve_token(
                 f"no rlx token: set RLX_TOKEN or RLX_TOKEN_FILE, or start a server once to create "
                 f"{path}"
             )
-        _create_token_file(path)
+        create_token_file(path)
     return _read_token_file(path)
 
 
-def _create_token_file(path: Path) -> None:
+def create_token_file(path: str | Path) -> str:
+    """Create `path` (mode 0600) holding a fresh random token, unless it exists; return the token
+    the file holds."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -92,6 +96,7 @@ def _create_token_file(path: Path) -> None:
         pass
     finally:
         tmp.unlink()
+    return _read_token_file(path)
 
 
 def _abort_handler(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
