@@ -63,6 +63,7 @@ def make_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Runni
         with LifecycleClient(running.address, token=TOKEN) as client:
             client.shutdown("test over", grace_s=0.1)
         thread.join(30)
+        running.service.close()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 import zlib
 from collections.abc import Callable
@@ -363,11 +364,70 @@ def test_pull_into_caller_arrays(server: Running, transport: str) -> None:
     assert all(same(into[n], a) for n, a in weights(1).items())
     client.pull(2, out=into)
     assert all(same(into[n], a) for n, a in weights(2).items())
-    # the fast path keeps one segment for these pulls while the client is open, and only one
-    assert len(shm_segments() - before) == (1 if transport == "shm" else 0)
+    # the fast path copies from the server's mapped chunk files: no segment of the client's
+    assert shm_segments() == before
     with pytest.raises(InvalidArgument, match="out array is float32"):
         client.pull(2, names=["embed"], out={"embed": np.empty((200, 64), np.float32)})
     with pytest.raises(InvalidArgument, match="no array for tensor 'step'"):
         client.pull(2, names=["step"], out={})
     client.close()
     assert shm_segments() == before
+
+
+def mapped_files() -> set[str]:
+    """The paramserver chunk files this process has mapped."""
+    with open("/proc/self/maps") as maps:
+        return {line.split()[-1] for line in maps if "/rlx-psstore-" in line}
+
+
+def test_fast_path_arrays_are_views_that_outlive_the_version(
+    make_server: Callable[..., Running],
+) -> None:
+    # 64 KiB chunks: embed (4096, 64) f32 is 16 chunks of 256 rows, each 16 pages, mapped back
+    # to back as one array; up (64, 1024) f32 split along axis 1 is copied out of its chunks
+    server = make_server(chunk_kib=64, max_versions=1)
+    rng = np.random.default_rng(0)
+    data = {
+        "embed": rng.standard_normal((4096, 64)).astype(np.float32),
+        "up": rng.standard_normal((64, 1024)).astype(np.float32),
+    }
+    with server.client() as client:
+        client.push(1, data, shard_axes={"up": 1})
+        before = mapped_files()
+        _, got = client.pull(1)
+        embed_dir = os.path.join(server.service.get(1).dir, server.service.get(1).key("embed"))
+        assert {f for f in mapped_files() - before if f.startswith(embed_dir)} == {
+            os.path.join(embed_dir, f"c/{i}/0") for i in range(16)
+        }
+        assert not any(f.startswith(embed_dir) for f in before)
+        assert all(same(got[n], data[n]) for n in data)
+        assert not got["embed"].flags.writeable and not got["up"].flags.writeable
+        # the version goes (max_versions=1) and its files are deleted: the arrays stay as pulled
+        version_dir = server.service.get(1).dir
+        client.push(2, {n: a + 1 for n, a in data.items()}, shard_axes={"up": 1})
+        assert client.versions() == [2] and not os.path.exists(version_dir)
+        assert all(same(got[n], data[n]) for n in data)
+        _, newer = client.pull(2)
+        assert same(newer["embed"], data["embed"] + 1) and same(got["embed"], data["embed"])
+        del got, newer
+        assert not any(f.startswith(version_dir) for f in mapped_files())
+
+
+def test_files_gone_before_the_client_maps_them_is_not_found(server: Running) -> None:
+    with server.client() as client:
+        client.push(1, weights(1))
+        shutil.rmtree(server.service.get(1).dir)  # collected between the header and the mapping
+        with pytest.raises(NotFound, match="version 1 was garbage-collected during the pull"):
+            client.pull(1)
+
+
+def test_the_store_directory_goes_with_the_server(make_server: Callable[..., Running]) -> None:
+    server = make_server()
+    root = server.service.store_root
+    assert root is not None and os.stat(root).st_mode & 0o777 == 0o700
+    with server.client() as client:
+        client.push(1, weights(1))
+        _, kept = client.pull(1)
+    server.service.close()
+    assert not os.path.exists(root)
+    assert same(kept["embed"], weights(1)["embed"])  # still mapped, still intact

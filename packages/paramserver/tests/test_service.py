@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-import zlib
 
+import google_crc32c
 import ml_dtypes
 import numpy as np
 import pytest
@@ -82,7 +82,8 @@ def test_round_trip_keeps_dtype_bytes_and_manifest() -> None:
     assert stored.version == 3
     meta = stored.metas["layers/0/w"]
     raw = data["layers/0/w"].tobytes()
-    assert meta.sha256 == hashlib.sha256(raw).hexdigest() and meta.crc32 == zlib.crc32(raw)
+    assert meta.sha256 == hashlib.sha256(raw).hexdigest()
+    assert meta.crc32c == google_crc32c.value(raw)
     assert meta.dtype.name == "bfloat16" and meta.nbytes == 50 * 30 * 2
     assert stored.metas["empty"].sha256 == hashlib.sha256(b"").hexdigest()
     assert stored.nbytes == sum(a.nbytes for a in data.values())

@@ -23,9 +23,11 @@ import hmac
 import logging
 import mmap
 import os
+import shutil
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -195,11 +197,6 @@ class PushSession:
 
 
 _SHM_PIECE = 8 << 20
-_SHM_ALIGN = 64  # every tensor in a segment starts at a multiple of this
-
-
-def _aligned(n: int) -> int:
-    return (n + _SHM_ALIGN - 1) // _SHM_ALIGN * _SHM_ALIGN
 
 
 def _release_pages(mm: mmap.mmap, start: int, end: int) -> None:
@@ -226,14 +223,58 @@ def _open_segment(path: str, flags: int) -> int:
         ) from None
 
 
+STORE_PREFIX = "rlx-psstore-"  # + "<pid>-<instance>": a server's chunk files
+
+
+def _make_store_root(instance_id: str) -> str | None:
+    """A private (0700) directory on /dev/shm for this server's versions, after removing those
+    of servers that died without cleaning up (their pid is gone). None if /dev/shm is unusable."""
+    if not os.path.isdir(SHM_DIR):
+        return None
+    for entry in os.scandir(SHM_DIR):
+        if not entry.name.startswith(STORE_PREFIX):
+            continue
+        pid = entry.name[len(STORE_PREFIX) :].split("-", 1)[0]
+        with contextlib.suppress(OSError, ValueError):
+            if entry.stat().st_uid == os.getuid() and not _alive(int(pid)):
+                log.warning("removing %s, left by a paramserver that is gone", entry.path)
+                shutil.rmtree(entry.path, ignore_errors=True)
+    root = os.path.join(SHM_DIR, f"{STORE_PREFIX}{os.getpid()}-{instance_id[:12]}")
+    try:
+        os.mkdir(root, 0o700)
+    except OSError as e:
+        log.warning("shared memory off: cannot make %s: %s", root, e)
+        return None
+    return root
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class ParamServerService:
-    """Owns the paramserver's versions, consumers and lifecycle."""
+    """Owns the paramserver's versions, consumers and lifecycle.
+
+    With shared memory on, versions live in chunk files under a private directory on /dev/shm
+    (`store_root`), removed by `close()` (or at interpreter exit, or by the next server to start
+    if this one is killed)."""
 
     def __init__(self, config: ParamServerConfig) -> None:
         self.config = config
         self.lifecycle = Lifecycle("paramserver", __version__)
         self.instance_id = uuid.uuid4().hex
         self.started = time.time()
+        self.store_root = _make_store_root(self.instance_id) if config.shared_memory else None
+        if self.store_root is not None:
+            self._cleanup = weakref.finalize(
+                self, shutil.rmtree, self.store_root, ignore_errors=True
+            )
         self._cond = threading.Condition()
         self._committed: dict[int, Version] = {}
         self._staged: dict[int, Version | None] = {}  # None: admitted, still receiving
@@ -259,7 +300,7 @@ class ParamServerService:
                 self._check_new(version)
             self._staged[version] = None
         try:
-            stored = Version(version, metas)
+            stored = Version(version, metas, self.store_root)
         except BaseException:
             self._abort_push(version)
             raise
@@ -454,56 +495,23 @@ class ParamServerService:
             plan.boxes[name] = parse_box(stored.metas[name], start, stop)
         return plan
 
-    def pull_into_shm(
-        self, plan: PullPlan, path: str
-    ) -> Iterator[tuple[TensorMeta, int, int, int]]:
-        """Write the plan's tensors into a client-made segment, back to back in order, yielding
-        (meta, offset, nbytes, crc32 of a sliced tensor or 0) as each one lands, so the client
-        checks one tensor while the next is written."""
-        import zlib
-
-        if not self.config.shared_memory:
-            raise FailedPrecondition("this paramserver has shared memory disabled")
-        need = sum(_aligned(plan.out_nbytes(m)) for m in plan.metas)
-        fd = _open_segment(path, os.O_RDWR)
-        try:
-            size = os.fstat(fd).st_size
-            if size < need:
-                raise InvalidArgument(f"segment {path!r} has {size} bytes; the pull needs {need}")
-            if need == 0:
-                yield from ((m, 0, 0, 0) for m in plan.metas)
-                return
-            # MAP_POPULATE: map the client's pages in one go instead of one fault at a time
-            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-            with mmap.mmap(fd, size, flags=flags) as mm:
-                buf = np.frombuffer(mm, dtype=np.uint8)
-                try:
-                    offset = 0
-                    for meta in plan.metas:
-                        offset = _aligned(offset)
-                        start = offset
-                        crc = 0
-                        if meta.name not in plan.boxes:
-                            target = buf[offset : offset + meta.nbytes].view(meta.dtype)
-                            plan.version.copy_into(meta.name, target.reshape(meta.shape))
-                            del target
-                            offset += meta.nbytes
-                        for slab in plan.slabs(meta) if meta.name in plan.boxes else ():
-                            raw = slab.reshape(-1).view(np.uint8)
-                            buf[offset : offset + raw.size] = raw
-                            crc = zlib.crc32(raw.data, crc)
-                            offset += raw.size
-                        _release_pages(mm, start, offset)
-                        yield meta, start, offset - start, crc
-                finally:
-                    del buf
-        finally:
-            os.close(fd)
+    def map_pull(self, plan: PullPlan) -> str:
+        """A same-host pull that maps the chunk files itself: count the chunks it will read as
+        read, and return the version's directory."""
+        stored = plan.version
+        if stored.dir is None:
+            raise FailedPrecondition("this paramserver keeps its versions outside shared memory")
+        for meta in plan.metas:
+            chunks = stored.chunks_of(meta.name, plan.boxes.get(meta.name))
+            stored.count_read(len(chunks) * meta.chunk_nbytes)
+        return stored.dir
 
     def probe_shm(self, path: str, nonce: bytes) -> tuple[bool, str]:
         """Same-host negotiation: can this process read the client's probe file?"""
         if not self.config.shared_memory:
             return False, "shared memory disabled by config"
+        if self.store_root is None:
+            return False, f"shared memory unusable on the server ({SHM_DIR})"
         try:
             fd = _open_segment(path, os.O_RDONLY)
         except (InvalidArgument, FailedPrecondition) as e:
@@ -515,6 +523,15 @@ class ParamServerService:
         if not hmac.compare_digest(content, nonce):
             return False, "probe file content differs (another host's file of the same name?)"
         return True, ""
+
+    def close(self) -> None:
+        """Forget every version and remove the store directory (clients keep what they mapped)."""
+        with self._cond:
+            self._committed.clear()
+            self._staged.clear()
+            self._cond.notify_all()
+        if self.store_root is not None:
+            self._cleanup()
 
     # --- status ---------------------------------------------------------------------------
 

@@ -26,24 +26,28 @@ __all__ = ["ParamServerServicer", "registrations"]
 _DEADLINE_MARGIN_S = 0.5
 
 
-def spec_to_proto(meta: TensorMeta, shape: tuple[int, ...] | None = None) -> pb.TensorSpec:
+def spec_to_proto(meta: TensorMeta, store_key: str = "") -> pb.TensorSpec:
     return pb.TensorSpec(
         name=meta.name,
         dtype=meta.dtype.name,
-        shape=list(meta.shape if shape is None else shape),
+        shape=list(meta.shape),
         shard_axis=meta.shard_axis,
         chunk_shape=list(meta.chunk_shape),
         sha256=meta.sha256,
-        crc32=meta.crc32,
+        crc32c=meta.crc32c,
         nbytes=meta.nbytes,
+        chunk_crc32c=list(meta.chunk_crc32c),
+        store_key=store_key,
     )
 
 
-def _header(plan: PullPlan) -> pb.PullHeader:
+def _header(plan: PullPlan, store_dir: str = "") -> pb.PullHeader:
+    keys = store_dir != ""
     return pb.PullHeader(
         version=plan.version.version,
-        tensors=[spec_to_proto(m) for m in plan.metas],
+        tensors=[spec_to_proto(m, plan.version.key(m.name) if keys else "") for m in plan.metas],
         created_unix=plan.version.created,
+        store_dir=store_dir,
     )
 
 
@@ -120,19 +124,10 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
         self, request: pb.PullRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.PullReply]:
         plan = self._plan(request)
-        yield pb.PullReply(header=_header(plan))
-        if request.shm_path:
-            for meta, offset, nbytes, crc in self._service.pull_into_shm(plan, request.shm_path):
-                entry = pb.ShmEntry(
-                    name=meta.name,
-                    offset=offset,
-                    nbytes=nbytes,
-                    crc32=crc,
-                    dtype=meta.dtype.name,
-                    shape=list(plan.out_shape(meta)),
-                )
-                yield pb.PullReply(shm=entry)
+        if request.map_store:
+            yield pb.PullReply(header=_header(plan, self._service.map_pull(plan)))
             return
+        yield pb.PullReply(header=_header(plan))
         for meta in plan.metas:
             yield from _stream_tensor(plan, meta)
 
@@ -171,7 +166,7 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
         self, request: pb.ProbeShmRequest, context: grpc.ServicerContext
     ) -> pb.ProbeShmReply:
         ok, reason = self._service.probe_shm(request.path, request.nonce)
-        return pb.ProbeShmReply(ok=ok, reason=reason)
+        return pb.ProbeShmReply(ok=ok, reason=reason, store_root=self._service.store_root or "")
 
     def register(self, server: grpc.Server) -> None:
         pb_grpc.add_ParamServerServicer_to_server(self, server)

@@ -1,31 +1,44 @@
 """One weight version in TensorStore: zarr3 arrays on an in-memory kvstore, written as bytes
 arrive and read back chunk by chunk.
 
-Each version has its own TensorStore context, so its memory kvstore is freed when the last
-reference to the version goes (a pull still streaming a garbage-collected version keeps it alive
-until it ends). Each tensor is chunked along the axis the pusher declared as sharded, with chunks
-of about `chunk_bytes` (DESIGN §10: ~8 MiB chunks read at 3-4 GB/s, one huge chunk is slow).
-Reads go through the kvstore one chunk key at a time, so the bytes read are counted exactly and a
-slice reads only the chunks it overlaps.
+The kvstore is in RAM either way: TensorStore's `file` driver on a private tmpfs directory under
+/dev/shm (the default: a same-host client then maps the chunk files read-only instead of having
+the bytes copied to it), or TensorStore's `memory` driver (shared memory disabled). Each version
+has its own directory (or context), freed when the last reference to the version goes, so a pull
+still streaming a garbage-collected version keeps it until it ends; committed chunk files are
+never written again (TensorStore replaces a file by renaming a new one over it), so a client's
+mapping of them never changes. Each tensor is chunked along the axis the pusher declared as
+sharded, with chunks of about `chunk_bytes` (DESIGN §10: ~8 MiB chunks read at 3-4 GB/s, one huge
+chunk is slow). Every chunk's CRC32C is recorded when its tensor is complete and checked on every
+read. Reads go through the kvstore one chunk key at a time, so the bytes read are counted exactly
+and a slice reads only the chunks it overlaps.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
+import os
+import shutil
 import threading
 import time
-import zlib
+import uuid
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import google_crc32c
 import numpy as np
 import tensorstore as ts
 
 from rlx_core.errors import Corrupt, InvalidArgument
 from rlx_core.rpc import dtype_from_name
 
-__all__ = ["TensorMeta", "TensorWriter", "Version", "chunk_shape_for"]
+__all__ = ["PAGE", "TensorMeta", "TensorWriter", "Version", "chunk_key", "chunk_shape_for"]
+
+PAGE = 4096  # row-run chunks of 1 MiB or more are a whole number of pages (see chunk_shape_for)
+_ROUND_FROM = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -39,7 +52,17 @@ class TensorMeta:
     chunk_shape: tuple[int, ...]
     nbytes: int
     sha256: str = ""
-    crc32: int = 0
+    crc32c: int = 0  # of the C-order bytes
+    chunk_crc32c: tuple[int, ...] = ()  # of each stored chunk (edge chunks padded), C order
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """Chunks along each axis."""
+        return tuple(-(-d // c) for d, c in zip(self.shape, self.chunk_shape, strict=True))
+
+    @property
+    def chunk_nbytes(self) -> int:
+        return math.prod(self.chunk_shape) * self.dtype.itemsize
 
 
 def chunk_shape_for(
@@ -47,21 +70,36 @@ def chunk_shape_for(
 ) -> tuple[int, ...]:
     """Whole along every axis but `shard_axis`, which is split into equal pieces of at most
     ~`chunk_bytes` each. Equal pieces, because zarr stores an edge chunk at full size: 4864
-    columns in pieces of 4681 would store 9362."""
+    columns in pieces of 4681 would store 9362.
+
+    When the chunks are runs of the C-order bytes (every axis before `shard_axis` has size 1) and
+    at least 1 MiB, the piece is rounded up to a whole number of pages if that adds at most 1/8:
+    a same-host client then maps the chunk files back to back as one array, with no copy."""
     if not shape:
         return ()
     chunk = [max(1, d) for d in shape]
     unit = itemsize * math.prod(chunk) // chunk[shard_axis]  # bytes of one index along the axis
     dim = chunk[shard_axis]
     pieces = min(dim, max(1, -(-dim * unit // max(1, chunk_bytes))))
-    chunk[shard_axis] = -(-dim // pieces)
+    piece = -(-dim // pieces)
+    if pieces > 1 and math.prod(shape[:shard_axis]) == 1 and piece * unit >= _ROUND_FROM:
+        step = PAGE // math.gcd(unit, PAGE)  # indices per whole number of pages
+        rounded = -(-piece // step) * step
+        if rounded * 8 <= piece * 9:
+            piece = rounded
+    chunk[shard_axis] = piece
     return tuple(chunk)
 
 
-def _spec(meta: TensorMeta, path: str) -> dict[str, object]:
+def chunk_key(index: Sequence[int]) -> str:
+    """The zarr3 key of a chunk inside its array ("c/0/3"; "c" for a scalar)."""
+    return "c/" + "/".join(map(str, index)) if len(index) else "c"
+
+
+def _spec(meta: TensorMeta, kvstore: dict[str, str]) -> dict[str, object]:
     return {
         "driver": "zarr3",
-        "kvstore": {"driver": "memory", "path": path},
+        "kvstore": kvstore,
         "metadata": {
             "shape": list(meta.shape),
             "data_type": meta.dtype.name,
@@ -77,17 +115,33 @@ def _spec(meta: TensorMeta, path: str) -> dict[str, object]:
 
 
 class Version:
-    """The tensors of one version and its manifest. Written once (staged), then read-only."""
+    """The tensors of one version and its manifest. Written once (staged), then read-only.
 
-    def __init__(self, version: int, metas: Sequence[TensorMeta]) -> None:
+    `root`: a directory on tmpfs to keep the chunk files in (a same-host client maps them), or
+    None for TensorStore's memory kvstore."""
+
+    def __init__(self, version: int, metas: Sequence[TensorMeta], root: str | None = None) -> None:
         self.version = version
         self.created = time.time()
-        self._context = ts.Context()
-        self._kv = ts.KvStore.open({"driver": "memory"}, context=self._context).result()
+        self._context = ts.Context({"file_io_sync": False})
+        self.dir: str | None = None
+        if root is None:
+            kvstore = {"driver": "memory"}
+        else:
+            self.dir = os.path.join(root, f"v{version}-{uuid.uuid4().hex[:8]}")
+            os.mkdir(self.dir, 0o700)
+            # the files go with the last reference to this version (or at interpreter exit)
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
+            kvstore = {"driver": "file", "path": self.dir + "/"}
+        self._kv = ts.KvStore.open(kvstore, context=self._context).result()
         self._paths = {m.name: f"{i}/" for i, m in enumerate(metas)}
         self.metas: dict[str, TensorMeta] = {m.name: m for m in metas}
         opening = {
-            m.name: ts.open(_spec(m, self._paths[m.name]), create=True, context=self._context)
+            m.name: ts.open(
+                _spec(m, {**kvstore, "path": kvstore.get("path", "") + self._paths[m.name]}),
+                create=True,
+                context=self._context,
+            )
             for m in metas
         }
         self.arrays: dict[str, ts.TensorStore] = {n: f.result() for n, f in opening.items()}
@@ -95,37 +149,66 @@ class Version:
         self._lock = threading.Lock()
         self.bytes_read = 0
 
-    def finish(self, name: str, sha256: str, crc32: int) -> None:
-        """Record the checksums of a fully written tensor in the manifest."""
+    def key(self, name: str) -> str:
+        """Where tensor `name`'s chunks are, relative to the version's directory."""
+        return self._paths[name]
+
+    def finish(self, name: str, sha256: str, crc32c: int) -> None:
+        """Record the checksums of a fully written tensor in the manifest, and each chunk's."""
         meta = self.metas[name]
-        self.metas[name] = TensorMeta(**{**meta.__dict__, "sha256": sha256, "crc32": crc32})
+        chunks = []
+        for index in itertools.product(*(range(g) for g in meta.grid)):
+            chunks.append(google_crc32c.value(self._read_raw(name, index)))
+        self.metas[name] = TensorMeta(
+            **{
+                **meta.__dict__,
+                "sha256": sha256,
+                "crc32c": crc32c,
+                "chunk_crc32c": tuple(chunks),
+            }
+        )
+
+    def _read_raw(self, name: str, index: tuple[int, ...]) -> bytes:
+        meta = self.metas[name]
+        result = self._kv.read((self._paths[name] + chunk_key(index)).encode()).result()
+        if result.state != "value" or len(result.value) != meta.chunk_nbytes:
+            raise Corrupt(
+                f"version {self.version} tensor {name!r}: chunk {index} is missing or has "
+                f"{len(result.value)} bytes instead of {meta.chunk_nbytes}"
+            )
+        return bytes(result.value)
+
+    def count_read(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_read += nbytes
+
+    def chunks_of(self, name: str, box: tuple[slice, ...] | None = None) -> list[tuple[int, ...]]:
+        """The indices of the chunks `box` (default: the whole tensor) overlaps, in C order."""
+        meta = self.metas[name]
+        if box is None:
+            return list(itertools.product(*(range(g) for g in meta.grid)))
+        if any(s.stop <= s.start for s in box):
+            return []
+        ranges = [
+            range(s.start // c, (s.stop - 1) // c + 1)
+            for s, c in zip(box, meta.chunk_shape, strict=True)
+        ]
+        return list(itertools.product(*ranges))
 
     def _read_chunk(self, name: str, index: tuple[int, ...]) -> np.ndarray:
         meta = self.metas[name]
-        key = self._paths[name] + ("c/" + "/".join(map(str, index)) if index else "c")
-        result = self._kv.read(key.encode()).result()
-        expected = math.prod(meta.chunk_shape) * meta.dtype.itemsize
-        if result.state != "value" or len(result.value) != expected:
-            raise Corrupt(
-                f"version {self.version} tensor {name!r}: chunk {index} is missing or has "
-                f"{len(result.value)} bytes instead of {expected}"
-            )
-        with self._lock:
-            self.bytes_read += expected
+        raw = self._read_raw(name, index)
+        if meta.chunk_crc32c:
+            linear = int(np.ravel_multi_index(index, meta.grid)) if index else 0
+            if google_crc32c.value(raw) != meta.chunk_crc32c[linear]:
+                raise Corrupt(
+                    f"version {self.version} tensor {name!r}: checksum differs from the one "
+                    f"recorded at push (stored chunk {index})"
+                )
+        self.count_read(meta.chunk_nbytes)
         le = meta.dtype.newbyteorder("<") if meta.dtype.itemsize > 1 else meta.dtype
-        chunk = np.frombuffer(result.value, dtype=le).reshape(meta.chunk_shape)
+        chunk = np.frombuffer(raw, dtype=le).reshape(meta.chunk_shape)
         return chunk if le == meta.dtype else chunk.astype(meta.dtype)
-
-    def copy_into(self, name: str, out: np.ndarray) -> None:
-        """Copy a whole tensor into `out` (C-order, its shape and dtype) with TensorStore's own
-        multi-threaded reader: no intermediate buffers, so no fresh pages to fault in."""
-        meta = self.metas[name]
-        if meta.nbytes:
-            target = ts.array(out, copy=False, write=True)
-            target.write(self.arrays[name]).result()
-        chunks = math.prod(-(-d // c) for d, c in zip(meta.shape, meta.chunk_shape, strict=True))
-        with self._lock:
-            self.bytes_read += chunks * math.prod(meta.chunk_shape) * meta.dtype.itemsize
 
     def slabs(self, name: str, box: tuple[slice, ...] | None = None) -> Iterator[np.ndarray]:
         """The C-order contents of `box` (default: the whole tensor) as consecutive slabs along
@@ -228,7 +311,8 @@ class TensorWriter:
                 f"the {self.meta.nbytes} its shape and dtype hold"
             )
         self._sha.update(data)
-        self._crc = zlib.crc32(data, self._crc)
+        # a numpy view: google_crc32c takes buffers numpy exports, not memoryviews
+        self._crc = google_crc32c.extend(self._crc, np.frombuffer(data, dtype=np.uint8))
         pos = 0
         while pos < len(data):
             if self._fill == 0 and len(data) - pos >= self.block_bytes:

@@ -1,35 +1,49 @@
 """The client of the paramserver: push versions, pull them (whole, by name, or sliced), confirm
 progress, list and drop versions; plus a push client for R replicas.
 
-Same-host fast path: when the server is on a loopback address and both sides see /dev/shm, bytes
-move through a shared-memory file instead of gRPC messages. The client proposes it once (a probe
-file the server must read back); if the server cannot, everything goes over gRPC streaming. The
-client creates every segment and unlinks it before the call returns, so none is ever left behind.
+Same-host fast path: when the server is on a loopback address and both sides see /dev/shm, no
+bytes go through gRPC. The client proposes it once (a probe file the server must read back, and
+the server's store directory the client must be able to open); if either side cannot, everything
+goes over gRPC streaming. A push writes the tensors into a segment the client makes (and unlinks
+before the call returns) and the server reads it. A pull maps the server's chunk files read-only:
+a tensor whose chunks are runs of its C-order bytes (one chunk, or chunks split along a leading
+axis, each a whole number of pages) is returned as a view of its files mapped back to back, with
+no copy at all; any other tensor, a slice or a pull into `out` arrays is copied once from the
+mapped chunks. The server never writes a committed chunk file again and removes files only by
+unlinking them, so a mapping stays valid and unchanged after the version is garbage-collected:
+the pages live until the last array viewing them goes.
 
-Integrity: every tensor pulled whole is checked against the CRC32 the server recorded when it was
-pushed (end to end, whichever path); gRPC chunks also carry their own CRC32; slices pulled through
-shared memory are checked against a CRC32 the server computes. A mismatch raises `Corrupt`.
+Integrity: every chunk the client maps is checked against the CRC32C the server recorded for it
+at push; over gRPC, every message carries a CRC32 and every whole tensor is checked against the
+CRC32C recorded at push (the server checks each stored chunk it reads, so slices too). A mismatch
+raises `Corrupt`, never returns wrong data. CRC32C runs at memory speed (google-crc32c, SSE4.2).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
+import itertools
+import math
 import mmap
 import os
+import re
 import secrets
+import sys
 import threading
 import time
 import uuid
-import weakref
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
+import google_crc32c
 import grpc
 import numpy as np
 
-from rlx_core.errors import Corrupt, InvalidArgument, NotFound, RlxError
+from rlx_core.errors import Corrupt, FailedPrecondition, InvalidArgument, NotFound, RlxError
 from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
 from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
 from rlx_core.rpc.client import call, connect
@@ -53,8 +67,12 @@ __all__ = [
 
 SHM_DIR = "/dev/shm"
 SHM_PREFIX = "rlx-ps-"
+STORE_PREFIX = "rlx-psstore-"  # the server's directory of chunk files under SHM_DIR
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 _ALIGN = 64
+_PAGE = mmap.PAGESIZE
+_STORE_KEY = re.compile(r"[0-9]+/")
+_VERSION_DIR = re.compile(r"v[0-9]+-[0-9a-f]+")
 
 Slice = tuple[slice, ...] | tuple[Sequence[int], Sequence[int]]
 
@@ -70,7 +88,7 @@ class TensorSpec:
     chunk_shape: tuple[int, ...]
     nbytes: int
     sha256: str
-    crc32: int
+    crc32c: int
 
 
 @dataclass(frozen=True)
@@ -114,7 +132,7 @@ def _spec(msg: pb.TensorSpec) -> TensorSpec:
         chunk_shape=tuple(int(d) for d in msg.chunk_shape),
         nbytes=msg.nbytes,
         sha256=msg.sha256,
-        crc32=msg.crc32,
+        crc32c=msg.crc32c,
     )
 
 
@@ -169,6 +187,102 @@ class _Segment:
             os.unlink(self.path)
 
 
+class _Libc:
+    """mmap/munmap through ctypes: Python's mmap module cannot place a mapping at an address,
+    which mapping chunk files back to back needs."""
+
+    PROT_NONE, PROT_READ = 0, 1
+    MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_NORESERVE = 0x1, 0x2, 0x10, 0x20, 0x4000
+    FAILED = ctypes.c_void_p(-1).value
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.mmap = libc.mmap
+        self.mmap.restype = ctypes.c_void_p
+        self.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
+        self.munmap = libc.munmap
+        self.munmap.restype = ctypes.c_int
+        self.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+    def map(self, addr: int | None, length: int, prot: int, flags: int, fd: int) -> int:
+        got = self.mmap(addr, length, prot, flags, fd, 0)
+        if got in (None, self.FAILED):
+            err = ctypes.get_errno()
+            raise OSError(err, f"mmap of {length} bytes failed: {os.strerror(err)}")
+        return int(got)
+
+
+@functools.cache
+def _libc() -> _Libc:
+    return _Libc()
+
+
+def _page_up(n: int) -> int:
+    return -(-n // _PAGE) * _PAGE
+
+
+class _Mapping:
+    """Files mapped read-only at consecutive multiples of `stride` in one address range, as a
+    numpy buffer (`np.asarray(mapping)`: uint8, read-only, the mapping as its base). Unmapped when
+    the last array viewing it goes; the files' pages live as long as the mapping does, whatever
+    happens to the files."""
+
+    def __init__(self, paths: Sequence[str], stride: int, length: int) -> None:
+        self._libc = _libc()
+        self.size = stride * (len(paths) - 1) + _page_up(length)
+        self.addr = 0
+        lib = self._libc
+        if len(paths) > 1:  # reserve the range, then place each file in it
+            self.addr = lib.map(
+                None,
+                self.size,
+                lib.PROT_NONE,
+                lib.MAP_PRIVATE | lib.MAP_ANONYMOUS | lib.MAP_NORESERVE,
+                -1,
+            )
+        try:
+            for i, path in enumerate(paths):
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    size = os.fstat(fd).st_size
+                    if size != length:
+                        raise Corrupt(f"chunk file {path} has {size} bytes instead of {length}")
+                    if self.addr:
+                        lib.map(
+                            self.addr + i * stride,
+                            length,
+                            lib.PROT_READ,
+                            lib.MAP_SHARED | lib.MAP_FIXED,
+                            fd,
+                        )
+                    else:
+                        self.addr = lib.map(None, length, lib.PROT_READ, lib.MAP_SHARED, fd)
+                finally:
+                    os.close(fd)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        return {"shape": (self.size,), "typestr": "|u1", "data": (self.addr, True), "version": 3}
+
+    def close(self) -> None:
+        if self.addr:
+            self._libc.munmap(self.addr, self.size)
+            self.addr = 0
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class ParamServerClient:
     """Typed access to one paramserver replica."""
 
@@ -194,8 +308,7 @@ class ParamServerClient:
         self._shm_lock = threading.Lock()
         self._chunk_bytes = chunk_bytes
         self.last_transport = ""  # "shm" or "grpc": how the last push or pull moved its bytes
-        self._pull_segment: _Segment | None = None
-        self._finalizers: list[weakref.finalize] = []
+        self._store_root = ""  # the server's chunk files, once negotiated
 
     # --- negotiation ----------------------------------------------------------------------
 
@@ -214,6 +327,8 @@ class ParamServerClient:
             return False, "server is not on a loopback address"
         if not os.path.isdir(SHM_DIR):
             return False, f"{SHM_DIR} does not exist here"
+        if sys.platform != "linux" or sys.byteorder != "little":
+            return False, "the fast path maps little-endian chunk files with Linux mmap flags"
         nonce = secrets.token_bytes(16)
         segment = _Segment(len(nonce))
         try:
@@ -227,7 +342,17 @@ class ParamServerClient:
             )
         finally:
             segment.unlink()
-        return reply.ok, reply.reason
+        if not reply.ok:
+            return False, reply.reason
+        root = reply.store_root
+        if (
+            os.path.dirname(root) != SHM_DIR
+            or not os.path.basename(root).startswith(STORE_PREFIX)
+            or not os.access(root, os.R_OK | os.X_OK)
+        ):
+            return False, f"cannot open the server's store {root!r} (another user?)"
+        self._store_root = root
+        return True, ""
 
     # --- push -----------------------------------------------------------------------------
 
@@ -354,20 +479,21 @@ class ParamServerClient:
         only a box of that tensor (a tuple of step-1 slices, or (starts, stops)): the server reads
         only the storage chunks the box overlaps.
 
-        Without `out`, arrays pulled through shared memory are read-only views of one private
-        mapping made for this pull. With `out` (an array of the right shape and dtype for every
-        tensor pulled), the bytes land in those arrays, and on the fast path the client reuses one
-        segment across pulls: warm pages, the fastest way to reload weights in place.
+        Over gRPC the arrays are the client's own. On the same-host fast path, without `out`,
+        they are read-only: views of the server's chunk files mapped into this process where the
+        chunk layout allows it (no copy), else fresh copies; either way they stay valid and
+        unchanged after the version is garbage-collected. With `out` (an array of the right shape
+        and dtype for every tensor pulled), the bytes are copied into those arrays.
         """
         slices = dict(slices or {})
         if self.fast_path:
             try:
-                result = self._pull_shm(version, names, slices, timeout, out)
+                result = self._pull_mapped(version, names, slices, timeout, out)
             except NotFound:
-                # the latest version can change between the manifest and the pull: retry once
+                # the latest version can be collected between the header and the mapping
                 if version is not None:
                     raise
-                result = self._pull_shm(version, names, slices, timeout, out)
+                result = self._pull_mapped(version, names, slices, timeout, out)
         else:
             result = self._pull_grpc(version, names, slices, timeout)
             if out is not None:
@@ -425,7 +551,7 @@ class ParamServerClient:
         self.last_transport = "grpc"
         return header.version, out
 
-    def _pull_shm(
+    def _pull_mapped(
         self,
         version: int | None,
         names: Sequence[str],
@@ -433,65 +559,54 @@ class ParamServerClient:
         timeout: float | None,
         into: Mapping[str, np.ndarray] | None,
     ) -> tuple[int, dict[str, np.ndarray]]:
-        wanted = list(dict.fromkeys([*names, *slices])) if names else []
-        version, specs = self.manifest(version, wanted)
-        shapes = {s.name: s.shape for s in specs}
-        boxes = {n: _box(s, shapes[n]) for n, s in slices.items()}
+        version, boxes = self._boxes(version, slices)
         request = self._request(version, names, boxes)
-        need = _segment_bytes(specs, boxes)
-        segment = _Segment(need) if into is None else self._reusable_segment(need)
-        request.shm_path = segment.path
+        request.map_store = True
         header: pb.PullHeader | None = None
-        out: dict[str, np.ndarray] = {}
-        verified: set[str] = set()
         try:
-            try:
-                for reply in self._stub.Pull(request, timeout=timeout or self._timeout):
-                    kind = reply.WhichOneof("item")
-                    if kind == "header":
-                        header = reply.header
-                    elif kind == "shm":
-                        e = reply.shm
-                        raw = segment.buffer[e.offset : e.offset + e.nbytes]
-                        if e.name in slices and zlib.crc32(raw.data) != e.crc32:
-                            raise Corrupt(f"tensor {e.name!r}: slice checksum mismatch")
-                        array = raw.view(dtype_from_name(e.dtype)).reshape(tuple(e.shape))
-                        if header is not None and e.name not in slices:
-                            # checked now, while the server writes the next tensor
-                            _check_whole(header, e.name, raw)
-                            verified.add(e.name)
-                        if into is None:
-                            array.flags.writeable = False
-                            out[e.name] = array
-                        else:
-                            out[e.name] = _into(into, {e.name: array})[e.name]
-                    else:
-                        raise Corrupt(f"{self.address}: unexpected {kind!r} in a shm pull")
-            except grpc.RpcError as e:
-                raise from_rpc_error(e, target=self.address) from None
-        finally:
-            if into is None:
-                segment.unlink()
+            for reply in self._stub.Pull(request, timeout=timeout or self._timeout):
+                if reply.WhichOneof("item") != "header" or header is not None:
+                    raise Corrupt(f"{self.address}: a map_store pull replies with one header only")
+                header = reply.header
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, target=self.address) from None
         if header is None:
             raise Corrupt(f"{self.address}: pull stream had no header")
-        self._check(header, out, skip=set(slices) | verified)
+        directory = header.store_dir
+        if os.path.dirname(directory) != self._store_root or not _VERSION_DIR.fullmatch(
+            os.path.basename(directory)
+        ):
+            raise Corrupt(f"{self.address}: store directory {directory!r} outside the store")
+        parts = [_MappedTensor(header, msg, boxes.get(msg.name)) for msg in header.tensors]
+        out: dict[str, np.ndarray] = {}
+        if into is not None:
+            for part in parts:
+                target = _target(into, part.spec.name, part.spec, boxes)
+                part.copy_into(target)
+                out[part.spec.name] = target
+            self.last_transport = "shm"
+            return header.version, out
+        # tensors that cannot be views are copied into one fresh block: one big allocation
+        # faults in far faster than many (huge pages), at the cost of the block living as long
+        # as any of them
+        copied = [p for p in parts if not p.stitchable]
+        block = np.empty(sum(_padded(p.nbytes) for p in copied), np.uint8)
+        offset = 0
+        for part in parts:
+            if part.stitchable:
+                array = part.view()
+            else:
+                array = block[offset : offset + part.nbytes].view(part.spec.dtype)
+                array = array.reshape(part.shape)
+                offset += _padded(part.nbytes)
+                part.copy_into(array)
+                array.flags.writeable = False
+            out[part.spec.name] = array
         self.last_transport = "shm"
         return header.version, out
 
-    def _reusable_segment(self, nbytes: int) -> _Segment:
-        """The segment this client reuses for pulls into caller arrays, grown as needed; its file
-        lives until `close()` (or garbage collection) unlinks it."""
-        segment = self._pull_segment
-        if segment is None or segment.size < nbytes:
-            if segment is not None:
-                segment.unlink()
-            segment = _Segment(nbytes)
-            self._pull_segment = segment
-            self._finalizers.append(weakref.finalize(self, segment.unlink))
-        return segment
-
     def _check(self, header: pb.PullHeader, out: dict[str, np.ndarray], skip: set[str]) -> None:
-        """Every tensor arrived; those not in `skip` (slices, already checked) match their CRC32."""
+        """Every tensor arrived; those not in `skip` (slices) match the CRC32C of the push."""
         expected = [t.name for t in header.tensors]
         if sorted(out) != sorted(expected):
             missing = sorted(set(expected) - set(out))
@@ -499,11 +614,7 @@ class ParamServerClient:
         for spec in header.tensors:
             if spec.name in skip:
                 continue
-            array = out[spec.name]
-            if (
-                zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
-                != spec.crc32
-            ):
+            if _crc32c(out[spec.name]) != spec.crc32c:
                 raise Corrupt(
                     f"version {header.version} tensor {spec.name!r}: checksum differs from the "
                     "one recorded at push"
@@ -564,9 +675,6 @@ class ParamServerClient:
         )
 
     def close(self) -> None:
-        for finalizer in self._finalizers:
-            finalizer()
-        self._pull_segment = None
         self._channel.close()
 
     def __enter__(self) -> ParamServerClient:
@@ -576,32 +684,115 @@ class ParamServerClient:
         self.close()
 
 
-def _check_whole(header: pb.PullHeader, name: str, raw: np.ndarray) -> None:
-    """Compare a whole tensor's bytes with the CRC32 the server recorded when it was pushed."""
-    for spec in header.tensors:
-        if spec.name == name:
-            if zlib.crc32(raw.data) != spec.crc32:
-                raise Corrupt(
-                    f"version {header.version} tensor {name!r}: checksum differs from the one "
-                    "recorded at push"
-                )
-            return
-    raise Corrupt(f"version {header.version}: tensor {name!r} is not in the pull header")
+def _crc32c(array: np.ndarray) -> int:
+    """CRC32C of an array's C-order bytes (google-crc32c reads numpy's buffer in place)."""
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    return int(google_crc32c.value(raw)) if raw.size else 0
 
 
-def _segment_bytes(
-    specs: Sequence[TensorSpec], boxes: Mapping[str, tuple[list[int], list[int]]]
-) -> int:
-    """Segment size for a pull: each tensor (or box) padded to the alignment, back to back."""
-    need = 0
-    for spec in specs:
-        if spec.name in boxes:
-            start, stop = boxes[spec.name]
-            dims = [max(0, b - a) for a, b in zip(start, stop, strict=True)]
-            need += _padded(int(np.prod(dims, dtype=np.int64)) * spec.dtype.itemsize)
-        else:
-            need += _padded(spec.nbytes)
-    return need
+def _target(
+    into: Mapping[str, np.ndarray],
+    name: str,
+    spec: TensorSpec,
+    boxes: Mapping[str, tuple[list[int], list[int]]],
+) -> np.ndarray:
+    """The caller's array for tensor `name`, checked against what the pull returns."""
+    target = into.get(name)
+    if target is None:
+        raise InvalidArgument(f"pull(out=...) has no array for tensor {name!r}")
+    shape = spec.shape
+    if name in boxes:
+        start, stop = boxes[name]
+        shape = tuple(b - a for a, b in zip(start, stop, strict=True))
+    if target.shape != shape or target.dtype != spec.dtype:
+        raise InvalidArgument(
+            f"tensor {name!r}: out array is {target.dtype}{list(target.shape)}, the pulled "
+            f"tensor is {spec.dtype}{list(shape)}"
+        )
+    if not target.flags.c_contiguous or not target.flags.writeable:
+        raise InvalidArgument(f"tensor {name!r}: out array must be C-contiguous and writeable")
+    return target
+
+
+class _MappedTensor:
+    """One tensor (or its box) read from the server's chunk files. `view()` maps the files back
+    to back and returns them as the array, with no copy: possible when the tensor is whole and
+    its chunks are page-sized runs of its C-order bytes (`stitchable`). `copy_into()` maps one
+    chunk at a time and copies its overlap. Every chunk mapped is checked against its CRC32C
+    first."""
+
+    def __init__(
+        self, header: pb.PullHeader, msg: pb.TensorSpec, box: tuple[list[int], list[int]] | None
+    ) -> None:
+        self.version = header.version
+        self.spec = spec = _spec(msg)
+        shape, chunk = spec.shape, spec.chunk_shape
+        self.grid = tuple(-(-d // c) for d, c in zip(shape, chunk, strict=True))
+        self.chunk_nbytes = math.prod(chunk) * spec.dtype.itemsize
+        if not _STORE_KEY.fullmatch(msg.store_key) or len(msg.chunk_crc32c) != math.prod(self.grid):
+            raise Corrupt(f"version {self.version} tensor {spec.name!r}: malformed manifest entry")
+        self.crcs = msg.chunk_crc32c
+        self.lo = [0] * len(shape) if box is None else box[0]
+        self.hi = list(shape) if box is None else box[1]
+        self.shape = tuple(b - a for a, b in zip(self.lo, self.hi, strict=True))
+        self.nbytes = math.prod(self.shape) * spec.dtype.itemsize
+        ranges = [
+            range(a // c, (b - 1) // c + 1) for a, b, c in zip(self.lo, self.hi, chunk, strict=True)
+        ]
+        self.indices = list(itertools.product(*ranges)) if self.nbytes else []
+        base = os.path.join(header.store_dir, msg.store_key)
+        self.paths = [os.path.join(base, "c/" + "/".join(map(str, i))) for i in self.indices]
+        if not shape:
+            self.paths = [os.path.join(base, "c")]
+        runs = math.prod(shape[: spec.shard_axis]) == 1  # chunks are runs of the C-order bytes
+        self.stitchable = (
+            box is None
+            and self.nbytes > 0
+            and (len(self.indices) == 1 or (runs and self.chunk_nbytes % _PAGE == 0))
+        )
+
+    def _verify(self, raw: np.ndarray, index: tuple[int, ...]) -> None:
+        linear = int(np.ravel_multi_index(index, self.grid)) if index else 0
+        if google_crc32c.value(raw) != self.crcs[linear]:
+            raise Corrupt(
+                f"version {self.version} tensor {self.spec.name!r}: checksum differs from the one "
+                f"recorded at push (stored chunk {index})"
+            )
+
+    def _map(self, paths: list[str]) -> _Mapping:
+        try:
+            return _Mapping(paths, self.chunk_nbytes, self.chunk_nbytes)
+        except FileNotFoundError:
+            raise NotFound(
+                f"version {self.version} was garbage-collected during the pull"
+            ) from None
+        except OSError as e:
+            raise FailedPrecondition(f"cannot map the server's chunk files: {e}") from None
+
+    def view(self) -> np.ndarray:
+        """The whole tensor as a read-only view of its mapped files (`stitchable` only)."""
+        raw = np.asarray(self._map(self.paths))
+        n = self.chunk_nbytes
+        for i, index in enumerate(self.indices):
+            self._verify(raw[i * n : (i + 1) * n], index)
+        return raw[: self.nbytes].view(self.spec.dtype).reshape(self.shape)
+
+    def copy_into(self, out: np.ndarray) -> None:
+        """Copy the tensor (or box) into `out`, of `self.shape` and the tensor's dtype."""
+        chunk = self.spec.chunk_shape
+        for index, path in zip(self.indices, self.paths, strict=True):
+            mapped = self._map([path])
+            raw = np.asarray(mapped)[: self.chunk_nbytes]
+            self._verify(raw, index)
+            src, dst = [], []
+            for axis, i in enumerate(index):
+                c0 = i * chunk[axis]
+                a, b = max(self.lo[axis], c0), min(self.hi[axis], c0 + chunk[axis])
+                src.append(slice(a - c0, b - c0))
+                dst.append(slice(a - self.lo[axis], b - self.lo[axis]))
+            out[tuple(dst)] = raw.view(self.spec.dtype).reshape(chunk)[tuple(src)]
+            del raw
+            mapped.close()  # no view of it is left
 
 
 def _into(out: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

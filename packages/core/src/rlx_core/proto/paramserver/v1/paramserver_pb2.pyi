@@ -8,24 +8,28 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TensorSpec(_message.Message):
-    __slots__ = ("name", "dtype", "shape", "shard_axis", "chunk_shape", "sha256", "crc32", "nbytes")
+    __slots__ = ("name", "dtype", "shape", "shard_axis", "chunk_shape", "sha256", "crc32c", "nbytes", "chunk_crc32c", "store_key")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     SHARD_AXIS_FIELD_NUMBER: _ClassVar[int]
     CHUNK_SHAPE_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
-    CRC32_FIELD_NUMBER: _ClassVar[int]
+    CRC32C_FIELD_NUMBER: _ClassVar[int]
     NBYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_CRC32C_FIELD_NUMBER: _ClassVar[int]
+    STORE_KEY_FIELD_NUMBER: _ClassVar[int]
     name: str
     dtype: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     shard_axis: int
     chunk_shape: _containers.RepeatedScalarFieldContainer[int]
     sha256: str
-    crc32: int
+    crc32c: int
     nbytes: int
-    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., shard_axis: _Optional[int] = ..., chunk_shape: _Optional[_Iterable[int]] = ..., sha256: _Optional[str] = ..., crc32: _Optional[int] = ..., nbytes: _Optional[int] = ...) -> None: ...
+    chunk_crc32c: _containers.RepeatedScalarFieldContainer[int]
+    store_key: str
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., shard_axis: _Optional[int] = ..., chunk_shape: _Optional[_Iterable[int]] = ..., sha256: _Optional[str] = ..., crc32c: _Optional[int] = ..., nbytes: _Optional[int] = ..., chunk_crc32c: _Optional[_Iterable[int]] = ..., store_key: _Optional[str] = ...) -> None: ...
 
 class PushHeader(_message.Message):
     __slots__ = ("version", "tensors")
@@ -44,20 +48,14 @@ class ShmRef(_message.Message):
     def __init__(self, path: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[ShmEntry, _Mapping]]] = ...) -> None: ...
 
 class ShmEntry(_message.Message):
-    __slots__ = ("name", "offset", "nbytes", "crc32", "dtype", "shape")
+    __slots__ = ("name", "offset", "nbytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     NBYTES_FIELD_NUMBER: _ClassVar[int]
-    CRC32_FIELD_NUMBER: _ClassVar[int]
-    DTYPE_FIELD_NUMBER: _ClassVar[int]
-    SHAPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     offset: int
     nbytes: int
-    crc32: int
-    dtype: str
-    shape: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., nbytes: _Optional[int] = ..., crc32: _Optional[int] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., nbytes: _Optional[int] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "chunk", "shm")
@@ -104,38 +102,38 @@ class TensorSlice(_message.Message):
     def __init__(self, name: _Optional[str] = ..., start: _Optional[_Iterable[int]] = ..., stop: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("latest", "version", "names", "slices", "shm_path")
+    __slots__ = ("latest", "version", "names", "slices", "map_store")
     LATEST_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NAMES_FIELD_NUMBER: _ClassVar[int]
     SLICES_FIELD_NUMBER: _ClassVar[int]
-    SHM_PATH_FIELD_NUMBER: _ClassVar[int]
+    MAP_STORE_FIELD_NUMBER: _ClassVar[int]
     latest: bool
     version: int
     names: _containers.RepeatedScalarFieldContainer[str]
     slices: _containers.RepeatedCompositeFieldContainer[TensorSlice]
-    shm_path: str
-    def __init__(self, latest: _Optional[bool] = ..., version: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ..., slices: _Optional[_Iterable[_Union[TensorSlice, _Mapping]]] = ..., shm_path: _Optional[str] = ...) -> None: ...
+    map_store: bool
+    def __init__(self, latest: _Optional[bool] = ..., version: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ..., slices: _Optional[_Iterable[_Union[TensorSlice, _Mapping]]] = ..., map_store: _Optional[bool] = ...) -> None: ...
 
 class PullHeader(_message.Message):
-    __slots__ = ("version", "tensors", "created_unix")
+    __slots__ = ("version", "tensors", "created_unix", "store_dir")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     CREATED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    STORE_DIR_FIELD_NUMBER: _ClassVar[int]
     version: int
     tensors: _containers.RepeatedCompositeFieldContainer[TensorSpec]
     created_unix: float
-    def __init__(self, version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., created_unix: _Optional[float] = ...) -> None: ...
+    store_dir: str
+    def __init__(self, version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., created_unix: _Optional[float] = ..., store_dir: _Optional[str] = ...) -> None: ...
 
 class PullReply(_message.Message):
-    __slots__ = ("header", "chunk", "shm")
+    __slots__ = ("header", "chunk")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
-    SHM_FIELD_NUMBER: _ClassVar[int]
     header: PullHeader
     chunk: _tensor_pb2.TensorChunk
-    shm: ShmEntry
-    def __init__(self, header: _Optional[_Union[PullHeader, _Mapping]] = ..., chunk: _Optional[_Union[_tensor_pb2.TensorChunk, _Mapping]] = ..., shm: _Optional[_Union[ShmEntry, _Mapping]] = ...) -> None: ...
+    def __init__(self, header: _Optional[_Union[PullHeader, _Mapping]] = ..., chunk: _Optional[_Union[_tensor_pb2.TensorChunk, _Mapping]] = ...) -> None: ...
 
 class ManifestRequest(_message.Message):
     __slots__ = ("latest", "version", "names")
@@ -225,9 +223,11 @@ class ProbeShmRequest(_message.Message):
     def __init__(self, path: _Optional[str] = ..., nonce: _Optional[bytes] = ...) -> None: ...
 
 class ProbeShmReply(_message.Message):
-    __slots__ = ("ok", "reason")
+    __slots__ = ("ok", "reason", "store_root")
     OK_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    STORE_ROOT_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     reason: str
-    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+    store_root: str
+    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ..., store_root: _Optional[str] = ...) -> None: ...

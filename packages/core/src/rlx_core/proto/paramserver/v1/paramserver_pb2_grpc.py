@@ -95,8 +95,8 @@ class ParamServerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Pull(self, request, context):
-        """A PullHeader, then the tensors (TensorChunk messages, or ShmEntry messages when the request
-        named a shared-memory segment).
+        """A PullHeader, then the tensors as TensorChunk messages; with `map_store` (same host), only
+        the header, naming where the client maps the chunk files from.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
