@@ -128,16 +128,12 @@ def _remat(fn: Any, policy: str) -> Any:
     return jax.checkpoint(fn, policy=policies[policy])
 
 
-def _block(
-    cfg: ModelConfig,
-    inv_freq: np.ndarray,
-    x: jax.Array,
-    layer: Params,
-    positions: jax.Array,
-    valid: jax.Array,
-    cache_kv: tuple[jax.Array, jax.Array] | None,
-) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-    """One decoder block: x + attn(norm(x)), then + mlp(norm(.)). Returns the new cache slots."""
+def qkv_projection(
+    cfg: ModelConfig, inv_freq: np.ndarray, x: jax.Array, layer: Params, positions: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """The first half of a block: h = norm(x), then q [B, T, H, d] and k, v [B, T, K, d] with
+    biases, q/k norms and RoPE applied. Returns (h, q, k, v); shared by the dense and paged
+    caches."""
     cdt = _DTYPES[cfg.compute_dtype]
     b, t, _ = x.shape
     h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps)
@@ -156,6 +152,33 @@ def _block(
         k = rms_norm(k, layer["k_norm"], cfg.rms_norm_eps)
     q = apply_rope(q, positions, inv_freq)
     k = apply_rope(k, positions, inv_freq)
+    return h, q, k, v
+
+
+def block_tail(cfg: ModelConfig, x: jax.Array, layer: Params, attn: jax.Array) -> jax.Array:
+    """The second half of a block: x + o(attn), then + mlp(norm(.)); attn is [B, T, H, d]."""
+    cdt = _DTYPES[cfg.compute_dtype]
+    b, t, _ = x.shape
+    x = x + attn.reshape(b, t, cfg.q_size) @ layer["o"].astype(cdt)
+    h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps)
+    return x + swiglu(
+        h, layer["gate"].astype(cdt), layer["up"].astype(cdt), layer["down"].astype(cdt)
+    )
+
+
+def _block(
+    cfg: ModelConfig,
+    inv_freq: np.ndarray,
+    x: jax.Array,
+    layer: Params,
+    positions: jax.Array,
+    valid: jax.Array,
+    cache_kv: tuple[jax.Array, jax.Array] | None,
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+    """One decoder block: x + attn(norm(x)), then + mlp(norm(.)). Returns the new cache slots."""
+    cdt = _DTYPES[cfg.compute_dtype]
+    b = x.shape[0]
+    _, q, k, v = qkv_projection(cfg, inv_freq, x, layer, positions)
     if cache_kv is None:
         keys, values, k_pos, k_valid, new_cache = k, v, positions, valid, None
     else:
@@ -168,10 +191,7 @@ def _block(
         k_pos = jnp.broadcast_to(jnp.arange(slots, dtype=positions.dtype), (b, slots))
         k_valid = jnp.ones((b, slots), dtype=bool)
     attn = attention(q, keys.astype(cdt), values.astype(cdt), positions, k_pos, k_valid)
-    x = x + attn.reshape(b, t, cfg.q_size) @ layer["o"].astype(cdt)
-    h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps)
-    x = x + swiglu(h, layer["gate"].astype(cdt), layer["up"].astype(cdt), layer["down"].astype(cdt))
-    return x, new_cache
+    return block_tail(cfg, x, layer, attn), new_cache
 
 
 def forward(

@@ -1,0 +1,102 @@
+"""The paged KV cache gives the numbers of the full forward: prefill then one-token decode steps,
+with blocks scattered over the pool in any order, padding rows and idle rows (f32, 1e-5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from rlx_model import forward, load_checkpoint, logits
+from rlx_model.paged import init_paged_cache
+from rlx_model.paged import paged_decode as _paged_decode
+from rlx_model.paged import paged_prefill as _paged_prefill
+
+DATA = Path(__file__).parent / "testdata"
+BS = 4  # block size: small, so sequences span many blocks
+NB, W = 40, 8  # pool blocks, table width: one shape for every test (one compile per family)
+paged_prefill = jax.jit(_paged_prefill, static_argnums=1)
+paged_decode = jax.jit(_paged_decode, static_argnums=1, static_argnames="span_blocks")
+
+
+@pytest.fixture(scope="module", params=["qwen2", "qwen3", "llama"])
+def model(request: pytest.FixtureRequest):
+    return load_checkpoint(DATA / request.param)
+
+
+def _tables(rng: np.random.Generator, rows: int, width: int, num_blocks: int) -> np.ndarray:
+    """Each row gets `width` distinct blocks from 1..num_blocks-1, shuffled (never the sink)."""
+    ids = rng.permutation(np.arange(1, num_blocks))[: rows * width]
+    return ids.reshape(rows, width).astype(np.int32)
+
+
+def test_prefill_and_decode_logits_equal_full_forward(model) -> None:
+    cfg, params = model
+    rng = np.random.default_rng(0)
+    rows, total = 3, 22
+    tokens = rng.integers(0, cfg.vocab_size, (rows, total)).astype(np.int32)
+    lengths = np.array([5, 9, 1], np.int32)  # prompts of different lengths
+    full = np.asarray(jax.jit(lambda p, t: logits(p, cfg, forward(p, cfg, t)[0]))(params, tokens))
+
+    tables = _tables(rng, rows, W, NB)
+    cache = init_paged_cache(cfg, NB, BS)
+    prompt = np.where(np.arange(12)[None] < lengths[:, None], tokens[:, :12], 0)
+    hidden, cache = paged_prefill(params, cfg, prompt, lengths, tables, cache)
+    got = np.asarray(logits(params, cfg, hidden))
+    want = full[np.arange(rows), lengths - 1]
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+    positions = lengths.copy()
+    while positions.max() < total:
+        step_pos = np.minimum(positions, total - 1)
+        tok = tokens[np.arange(rows), step_pos]
+        hidden, cache = paged_decode(params, cfg, tok, step_pos, tables, cache, span_blocks=6)
+        got = np.asarray(logits(params, cfg, hidden))
+        live = positions < total
+        np.testing.assert_allclose(got[live], full[np.arange(rows), step_pos][live], atol=1e-5)
+        positions += 1
+
+
+def test_idle_rows_and_padding_write_only_the_sink(model) -> None:
+    """A row with length 0 (prefill) or an all-sink table (decode) leaves every real block
+    untouched, and a live row's numbers do not depend on what the idle row holds."""
+    cfg, params = model
+    rng = np.random.default_rng(1)
+    cache = init_paged_cache(cfg, NB, BS)
+    tables = np.zeros((3, W), np.int32)
+    tables[0, :2] = [3, 7]
+    tokens = rng.integers(0, cfg.vocab_size, (3, 12)).astype(np.int32)
+    lengths = np.array([6, 0, 0], np.int32)
+    _, cache = paged_prefill(params, cfg, tokens, lengths, tables, cache)
+    k = np.asarray(cache.k)
+    untouched = [b for b in range(1, NB) if b not in (3, 7)]
+    assert not k[:, untouched].any()
+    assert k[:, 3].any() and k[:, 7, :2].any() and not k[:, 7, 2:].any()
+
+    other = np.array([5, int(rng.integers(0, cfg.vocab_size)), 1], np.int32)
+    pos = np.array([6, 0, 0], np.int32)
+    h1, c1 = paged_decode(params, cfg, other, pos, tables, cache, span_blocks=6)
+    other[1] = (other[1] + 1) % cfg.vocab_size
+    h2, _ = paged_decode(params, cfg, other, pos, tables, cache, span_blocks=6)
+    np.testing.assert_array_equal(np.asarray(h1[0]), np.asarray(h2[0]))
+    assert not np.asarray(c1.k)[:, untouched].any()
+    assert np.asarray(c1.k)[:, 7, 2].any()  # position 6 -> block 7, offset 2
+
+
+def test_decode_ignores_garbage_beyond_the_position(model) -> None:
+    """Stale keys in a reused block (from a finished sequence) are never attended to."""
+    cfg, params = model
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(0, cfg.vocab_size, (3, 12)).astype(np.int32)
+    tables = _tables(rng, 3, W, NB)
+    lengths = np.array([6, 3, 11], np.int32)
+    clean = init_paged_cache(cfg, NB, BS)
+    dirty = clean._replace(k=clean.k + 3.0, v=clean.v - 2.0)
+    outs = []
+    for start in (clean, dirty):
+        _, cache = paged_prefill(params, cfg, tokens, lengths, tables, start)
+        h, _ = paged_decode(params, cfg, tokens[:, 0], lengths, tables, cache, span_blocks=6)
+        outs.append(np.asarray(h))
+    np.testing.assert_array_equal(outs[0], outs[1])
