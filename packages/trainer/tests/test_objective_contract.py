@@ -210,3 +210,11 @@ def test_gae_without_values_names_the_field() -> None:
     )
     with pytest.raises(InvalidArgument, match=r"^values:"):
         preset("ppo")(logp, no_values)
+
+
+def test_value_predictions_only_for_critic_objectives() -> None:
+    logp, batch = make_batch()
+    with pytest.raises(InvalidArgument, match=r"^values: this objective has no value loss"):
+        preset("grpo")(logp, batch, values=logp)
+    with pytest.raises(InvalidArgument, match=r"^values: shape \(2, 4\)"):
+        preset("ppo")(logp, batch, values=logp[..., 0])

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
-from rlx_core.errors import ConfigError
+from rlx_core.errors import ConfigError, InvalidArgument
 from rlx_trainer.objective.components import IS as ISWeight  # noqa: N811 (field name IS)
 from rlx_trainer.objective.components import (
     Adv,
@@ -138,7 +138,19 @@ class RLObjective:
             "pg_objective": pg,
             "reg_objective": reg_obj,
         }
+        if values is not None and self.value is None:
+            raise InvalidArgument(
+                "values: this objective has no value loss (only critic presets such as ppo "
+                "take the value head's predictions)",
+                field="values",
+            )
         if self.value is not None and values is not None:
+            if tuple(values.shape) != tuple(logp.shape):
+                raise InvalidArgument(
+                    f"values: shape {tuple(values.shape)} does not match logp's "
+                    f"{tuple(logp.shape)}",
+                    field="values",
+                )
             vl = self._value_loss(values, ctx, agg)
             loss = loss + self.value.coef * vl
             metrics["value_loss"] = vl
