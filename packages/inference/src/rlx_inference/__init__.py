@@ -3,8 +3,21 @@ probs) serving work units.
 """
 
 from rlx_inference._version import __version__
-from rlx_inference.config import InferenceConfig
+from rlx_inference.config import EngineConfig, InferenceConfig, ModelSource, ParamServerLink
+from rlx_inference.engine import Engine, enable_compile_cache, params_from_flat
 from rlx_inference.server import serve
-from rlx_inference.service import InferenceService
+from rlx_inference.service import InferenceService, load_model
 
-__all__ = ["InferenceConfig", "InferenceService", "__version__", "serve"]
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "InferenceConfig",
+    "InferenceService",
+    "ModelSource",
+    "ParamServerLink",
+    "__version__",
+    "enable_compile_cache",
+    "load_model",
+    "params_from_flat",
+    "serve",
+]

@@ -1,7 +1,16 @@
-"""`rlx-inference`: start the inference gRPC server."""
+"""`rlx-inference`: start the inference gRPC server.
+
+    rlx-inference --paramserver 127.0.0.1:7001[,ADDR...] [--worker-index I] [--checkpoint DIR]
+                  [--set engine.slots=64 --set engine.cache_mib=1024 ...]
+
+Prints the bound address on stdout's first line. The model architecture comes from `--checkpoint`
+(an HF directory; weights there, if any, are version 0) or `model.builtin`; versions come from
+the paramserver replica i mod R.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Sequence
 
@@ -16,12 +25,47 @@ __all__ = ["main", "serve"]
 def serve(config: InferenceConfig, *, on_ready: Callable[[str], None] | None = None) -> int:
     """Run the server until SIGTERM, SIGINT or a Shutdown call; return the exit code."""
     service = InferenceService(config)
-    return run_service(service.lifecycle, config.server, registrations(service), on_ready=on_ready)
+    try:
+        return run_service(
+            service.lifecycle, config.server, registrations(service), on_ready=on_ready
+        )
+    finally:
+        service.close()
+
+
+def _shorthands(argv: Sequence[str]) -> list[str]:
+    """--paramserver A,B / --worker-index I / --checkpoint DIR as `--set` overrides."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg, value = args[i], None
+        name = arg.split("=", 1)[0]
+        if name in ("--paramserver", "--worker-index", "--checkpoint"):
+            if "=" in arg:
+                value = arg.split("=", 1)[1]
+            elif i + 1 < len(args):
+                i += 1
+                value = args[i]
+            else:
+                value = ""
+            if name == "--paramserver":
+                addresses = [a.strip() for a in value.split(",") if a.strip()]
+                out += ["--set", f"paramserver.addresses={json.dumps(addresses)}"]
+            elif name == "--worker-index":
+                out += ["--set", f"worker_index={value}"]
+            else:
+                out += ["--set", f"model.checkpoint={value}"]
+        else:
+            out.append(arg)
+        i += 1
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console script entry point."""
-    return service_main("inference", InferenceConfig, serve, argv)
+    args = _shorthands(sys.argv[1:] if argv is None else argv)
+    return service_main("inference", InferenceConfig, serve, args)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,189 @@
 """The inference service's logic, as plain Python (no grpc here).
 
-Generation of rollouts for work units with a given weight version. The methods arrive with the
-issue that builds this service; until then the service runs its lifecycle and answers health
-checks.
+One engine, one work unit at a time (later Generate calls wait their turn). `load_version(v)`
+pulls v from this worker's paramserver replica (worker i -> replica i mod R) and swaps it in
+between units; with `force`, the pull happens while the running unit goes on, and the swap at its
+next boundary (which discards its partial rollouts, or recomputes them in interruptible mode).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from rlx_core.clients.inference import GenerateResult, InferenceStatus, LoadResult, WorkUnit
+from rlx_core.clients.paramserver import ParamServerClient, replica_for
+from rlx_core.errors import FailedPrecondition, InvalidArgument, Unavailable
 from rlx_core.lifecycle import Lifecycle
 from rlx_inference._version import __version__
 from rlx_inference.config import InferenceConfig
+from rlx_inference.engine import Engine, Swap, params_from_flat
+from rlx_model import TINY_CONFIGS, ModelConfig, Params, load_checkpoint, load_config
 
-__all__ = ["InferenceService"]
+__all__ = ["InferenceService", "load_model"]
+
+log = logging.getLogger(__name__)
+
+
+def load_model(config: InferenceConfig) -> tuple[ModelConfig, Params | None]:
+    """The model config and, for an HF checkpoint holding weights, those weights (version 0)."""
+    source = config.model
+    dtype = source.dtype
+    if source.builtin:
+        if source.builtin not in TINY_CONFIGS:
+            raise InvalidArgument(
+                f"model.builtin: {source.builtin!r} is not one of {sorted(TINY_CONFIGS)}",
+                field="model.builtin",
+            )
+        return replace(TINY_CONFIGS[source.builtin], param_dtype=dtype, compute_dtype=dtype), None
+    directory = Path(source.checkpoint).expanduser()
+    if any(directory.glob("model*.safetensors*")):
+        return load_checkpoint(directory, param_dtype=dtype, compute_dtype=dtype)
+    return load_config(directory, param_dtype=dtype, compute_dtype=dtype), None
 
 
 class InferenceService:
-    """Owns the inference's state and its lifecycle."""
+    """Owns the engine, the loaded version, the paramserver link and the lifecycle."""
 
-    def __init__(self, config: InferenceConfig) -> None:
+    def __init__(
+        self, config: InferenceConfig, *, model: tuple[ModelConfig, Params | None] | None = None
+    ) -> None:
         self.config = config
         self.lifecycle = Lifecycle("inference", __version__)
+        cfg, params = model if model is not None else load_model(config)
+        self.engine = Engine(cfg, params, config.engine, version=0 if params is not None else None)
+        self._unit_lock = threading.Lock()  # one work unit at a time
+        self._load_lock = threading.Lock()  # one pull at a time
+        self._pending: Swap | None = None
+        self._pending_lock = threading.Lock()
+        self._taken = threading.Event()
+        self._client: ParamServerClient | None = None
+        self._waiting = 0
+        self._set_info()
+
+    # --- paramserver ----------------------------------------------------------------------
+
+    @property
+    def replica_address(self) -> str:
+        addresses = self.config.paramserver.addresses
+        if not addresses:
+            raise FailedPrecondition(
+                "this worker has no paramserver (set paramserver.addresses or --paramserver)"
+            )
+        return addresses[replica_for(self.config.worker_index, len(addresses))]
+
+    def _paramserver(self) -> ParamServerClient:
+        if self._client is None:
+            link = self.config.paramserver
+            self._client = ParamServerClient(
+                self.replica_address, token_file=link.token_file, timeout=link.timeout_s
+            )
+        return self._client
+
+    # --- the RPCs -------------------------------------------------------------------------
+
+    def generate(self, unit: WorkUnit) -> GenerateResult:
+        if not self.lifecycle.accepting_work():
+            raise Unavailable(f"inference is {self.lifecycle.state.name}: not taking work units")
+        self._waiting += 1
+        try:
+            with self._unit_lock:
+                self._waiting -= 1
+                if self.engine.version is None:
+                    raise FailedPrecondition(
+                        f"work unit {unit.unit_id!r} needs version {unit.version}, but no "
+                        f"version is loaded; LoadVersion({unit.version}) first",
+                        loaded=None,
+                    )
+                result = self.engine.generate(unit, poll=self._take_pending)
+        except BaseException:
+            self._set_info()
+            raise
+        self._set_info()
+        return result
+
+    def load_version(self, version: int, *, force: bool = False) -> LoadResult:
+        if version < 0:
+            raise InvalidArgument(f"version: must be >= 0, got {version}", field="version")
+        with self._load_lock:
+            previous = self.engine.version
+            if previous == version:
+                return LoadResult(version=version, previous=previous, pull_s=0.0, nbytes=0)
+            start = time.perf_counter()
+            got, flat = self._paramserver().pull(version)
+            params = params_from_flat(
+                self.engine.cfg, {k: np.array(v, copy=True) for k, v in flat.items()}
+            )
+            pull_s = time.perf_counter() - start
+            nbytes = sum(int(v.nbytes) for v in flat.values())
+            log.info("pulled version %d (%d bytes) in %.2f s", got, nbytes, pull_s)
+            if force:
+                self._swap_soon((params, got))
+            else:
+                with self._unit_lock:
+                    self.engine.set_params(params, got)
+            self._set_info()
+            return LoadResult(version=got, previous=previous, pull_s=pull_s, nbytes=nbytes)
+
+    def _swap_soon(self, swap: Swap) -> None:
+        """Swap now if no unit runs, else hand it to the running unit's next boundary."""
+        with self._pending_lock:
+            self._pending = swap
+            self._taken.clear()
+        while not self._taken.wait(0.05):
+            if self._unit_lock.acquire(blocking=False):
+                try:
+                    taken = self._take_pending()
+                    if taken is not None:
+                        self.engine.set_params(*taken)
+                finally:
+                    self._unit_lock.release()
+
+    def _take_pending(self) -> Swap | None:
+        with self._pending_lock:
+            swap, self._pending = self._pending, None
+            if swap is not None:
+                self._taken.set()
+            return swap
+
+    def status(self) -> InferenceStatus:
+        e = self.engine
+        return InferenceStatus(
+            loaded_version=e.version,
+            queue_depth=e.progress.queued + self._waiting,
+            active=e.progress.active,
+            free_blocks=e.free_blocks,
+            total_blocks=e.total_blocks,
+            tokens_per_s=e.last_tokens_per_s,
+            units_done=e.units_done,
+            tokens_done=e.tokens_done,
+            discarded_partial=e.discarded_partial,
+            interruptible=e.config.interruptible,
+            slots=e.config.slots,
+            block_size=e.config.block_size,
+        )
+
+    def _set_info(self) -> None:
+        e = self.engine
+        c = e.cfg
+        self.lifecycle.info.update(
+            {
+                "loaded_version": "none" if e.version is None else str(e.version),
+                "model": f"{c.family} L{c.num_layers} d{c.hidden_size} V{c.vocab_size} "
+                f"{c.compute_dtype}",
+                "slots": str(e.config.slots),
+                "cache_blocks": str(e.total_blocks),
+                "units_done": str(e.units_done),
+                "discarded_partial": str(e.discarded_partial),
+            }
+        )
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -9,12 +9,48 @@ from collections.abc import Callable
 
 import grpc
 
+from rlx_core.clients.inference import (
+    result_to_proto,
+    status_to_proto,
+    unit_from_proto,
+)
+from rlx_core.errors import InvalidArgument
+from rlx_core.proto.inference.v1 import inference_pb2 as pb
+from rlx_core.proto.inference.v1 import inference_pb2_grpc as pb_grpc
 from rlx_inference.service import InferenceService
 
-__all__ = ["registrations"]
+__all__ = ["InferenceServicer", "registrations"]
+
+
+class InferenceServicer(pb_grpc.InferenceServicer):
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    def Generate(
+        self, request: pb.GenerateRequest, context: grpc.ServicerContext
+    ) -> pb.GenerateReply:
+        if not request.HasField("unit"):
+            raise InvalidArgument("unit: the request carries no work unit", field="unit")
+        return result_to_proto(self._service.generate(unit_from_proto(request.unit)))
+
+    def LoadVersion(
+        self, request: pb.LoadVersionRequest, context: grpc.ServicerContext
+    ) -> pb.LoadVersionReply:
+        result = self._service.load_version(request.version, force=request.force)
+        return pb.LoadVersionReply(
+            version=result.version,
+            previous=-1 if result.previous is None else result.previous,
+            pull_s=result.pull_s,
+            nbytes=result.nbytes,
+        )
+
+    def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:
+        return status_to_proto(self._service.status())
+
+    def register(self, server: grpc.Server) -> None:
+        pb_grpc.add_InferenceServicer_to_server(self, server)
 
 
 def registrations(service: InferenceService) -> list[Callable[[grpc.Server], None]]:
     """The servicers to add to the server, besides Lifecycle (which every server has)."""
-    del service  # the inference's own RPCs are added with the issue that builds them
-    return []
+    return [InferenceServicer(service).register]

@@ -3,16 +3,22 @@
 One module per service; each joins `__all__` here in the issue that builds that service.
 """
 
+from rlx_core.clients.inference import GenerateResult, InferenceClient, Rollout, Sampling, WorkUnit
 from rlx_core.clients.lifecycle import LifecycleClient
 from rlx_core.clients.paramserver import ParamServerClient, ReplicatedPushClient, replica_for
 from rlx_core.clients.trainer import StepResult, TrainBatch, TrainerClient
 
 __all__ = [
+    "GenerateResult",
+    "InferenceClient",
     "LifecycleClient",
     "ParamServerClient",
     "ReplicatedPushClient",
+    "Rollout",
+    "Sampling",
     "StepResult",
     "TrainBatch",
     "TrainerClient",
+    "WorkUnit",
     "replica_for",
 ]

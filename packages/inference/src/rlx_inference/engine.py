@@ -1,0 +1,483 @@
+"""The generation engine: paged KV cache, continuous batching over fixed slots, per-sample seeds.
+
+One work unit at a time. Its samples (prompt-major) wait in a FIFO queue; at each *boundary* the
+scheduler fills free slots, lowest slot first, with the queue's head while the block pool can
+hold the head's whole sequence (prompt + max_new_tokens: blocks are reserved on admission, so a
+running sequence never runs out; when the pool is full the head waits for blocks, never OOMs).
+The admitted sequences are prefilled together (grouped by padded length), then every live slot
+decodes `steps_per_call` tokens in one compiled call; finished sequences (stop token, stop
+sequence, max_new_tokens) return their blocks, and the next boundary refills their slots.
+
+Every decision depends only on the unit (prompt lengths, drawn tokens), never on wall time, so
+the tokens and log-probs of a unit are a pure function of (weights, prompts, sampling, seeds).
+Shapes are bucketed (decode: `slots` rows, span rounded up to `span_bucket`; prefill: rows and
+length rounded up to powers of two), so a steady state runs only compiled programs; with the
+persistent compilation cache a restarted worker does not compile them again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlx_core.clients.inference import GenerateResult, Rollout, WorkUnit
+from rlx_core.errors import ConfigError, FailedPrecondition, InvalidArgument
+from rlx_inference.blocks import BlockPool
+from rlx_inference.config import EngineConfig
+from rlx_inference.sampling import knobs_of, sample_rows, seed_keys
+from rlx_model import ModelConfig, Params, logits, param_shapes
+from rlx_model.paged import PagedKVCache, init_paged_cache, paged_decode, paged_prefill
+
+__all__ = ["Engine", "enable_compile_cache", "params_from_flat"]
+
+log = logging.getLogger(__name__)
+
+# A pending weight swap: (params, version); polled at every boundary of a running unit.
+Swap = tuple[Params, int]
+_NP = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(jnp.bfloat16)}
+_COMPILE_CACHE: dict[str, str] = {}  # "dir": the persistent cache directory, once set
+
+
+def enable_compile_cache(directory: str) -> str | None:
+    """Turn on JAX's persistent compilation cache in `directory` (once per process); returns the
+    directory in use. "" leaves it off."""
+    if not directory or "dir" in _COMPILE_CACHE:
+        return _COMPILE_CACHE.get("dir")
+    path = os.path.expanduser(directory)
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    _COMPILE_CACHE["dir"] = path
+    return path
+
+
+def params_from_flat(cfg: ModelConfig, flat: Mapping[str, np.ndarray]) -> Params:
+    """'/'-path -> array (what the paramserver holds) into the params pytree on device, every
+    tensor checked against the config's shapes and cast to its param dtype."""
+    shapes = param_shapes(cfg)
+    missing = sorted(set(shapes) - set(flat))
+    extra = sorted(set(flat) - set(shapes))
+    if missing or extra:
+        raise InvalidArgument(
+            f"weights do not fit the model ({cfg.family} L{cfg.num_layers} d{cfg.hidden_size}): "
+            f"missing {missing[:5]}, unexpected {extra[:5]}"
+        )
+    tree: Params = {}
+    dtype = _NP[cfg.param_dtype]
+    for path, shape in shapes.items():
+        array = np.asarray(flat[path])
+        if tuple(array.shape) != shape:
+            raise InvalidArgument(
+                f"tensor {path!r} has shape {list(array.shape)}, the model needs {list(shape)}"
+            )
+        node = tree
+        *parents, leaf = path.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = jax.device_put(array.astype(dtype, copy=False))
+    return tree
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _pow4(n: int) -> int:
+    """The smallest power of 4 >= n: prefill row buckets (few shapes, at most 4x padding)."""
+    p = 1
+    while p < n:
+        p *= 4
+    return p
+
+
+@partial(jax.jit, static_argnums=(1,), donate_argnums=(2,))
+def _prefill_call(
+    params: Params,
+    cfg: ModelConfig,
+    cache: PagedKVCache,
+    tokens: jax.Array,
+    lengths: jax.Array,
+    tables: jax.Array,
+    keys: jax.Array,
+    knobs: tuple[jax.Array, ...],
+) -> tuple[jax.Array, jax.Array, jax.Array, PagedKVCache]:
+    hidden, cache = paged_prefill(params, cfg, tokens, lengths, tables, cache)
+    tok, slp, mlp = sample_rows(logits(params, cfg, hidden), keys, lengths, *knobs)
+    return tok, slp, mlp, cache
+
+
+@partial(jax.jit, static_argnums=(1, 2, 3), donate_argnums=(4,))
+def _decode_call(
+    params: Params,
+    cfg: ModelConfig,
+    span_blocks: int,
+    steps: int,
+    cache: PagedKVCache,
+    tokens: jax.Array,
+    positions: jax.Array,
+    tables: jax.Array,
+    keys: jax.Array,
+    knobs: tuple[jax.Array, ...],
+) -> tuple[jax.Array, jax.Array, jax.Array, PagedKVCache]:
+    """`steps` decode steps: feed each row's token at its position, sample the next."""
+
+    def body(
+        carry: tuple[jax.Array, jax.Array, PagedKVCache], _: None
+    ) -> tuple[tuple[jax.Array, jax.Array, PagedKVCache], tuple[jax.Array, ...]]:
+        tok, pos, cache = carry
+        hidden, cache = paged_decode(params, cfg, tok, pos, tables, cache, span_blocks=span_blocks)
+        new, slp, mlp = sample_rows(logits(params, cfg, hidden), keys, pos + 1, *knobs)
+        return (new, pos + 1, cache), (new, slp, mlp)
+
+    (_, _, cache), (toks, slps, mlps) = jax.lax.scan(
+        body, (tokens, positions, cache), None, length=steps
+    )
+    return toks, slps, mlps, cache
+
+
+@dataclass
+class _Seq:
+    """One sample of the running unit."""
+
+    index: int  # s = p * G + g
+    prompt: list[int]
+    key: np.ndarray  # uint32 [2]
+    max_new: int
+    out: list[int] = field(default_factory=list)
+    sampler: list[float] = field(default_factory=list)
+    model: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    finish: str | None = None
+
+    @property
+    def context(self) -> list[int]:
+        """Every token whose key and value the cache holds or will hold."""
+        return self.prompt + self.out
+
+
+@dataclass
+class Progress:
+    """What Status reports about the running unit (read from other threads)."""
+
+    queued: int = 0
+    active: int = 0
+
+
+class Engine:
+    """Generates work units with one model and a paged KV cache of bounded memory."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        params: Params | None,
+        config: EngineConfig | None = None,
+        *,
+        version: int | None = 0,
+    ) -> None:
+        self.cfg = cfg
+        self.config = config = config or EngineConfig()
+        enable_compile_cache(config.compile_cache_dir)
+        itemsize = jnp.dtype(_NP[cfg.compute_dtype]).itemsize
+        self.block_bytes = (
+            2 * cfg.num_layers * config.block_size * cfg.num_kv_heads * cfg.head_dim * itemsize
+        )
+        num_blocks = (config.cache_mib << 20) // self.block_bytes
+        self.width = config.max_context // config.block_size  # block-table columns
+        if num_blocks - 1 < self.width:
+            raise ConfigError(
+                f"{config.cache_mib} MiB holds {max(0, num_blocks - 1)} blocks of "
+                f"{self.block_bytes} bytes, fewer than one sequence of max_context "
+                f"{config.max_context} needs ({self.width})",
+                field="engine.cache_mib",
+                value=config.cache_mib,
+            )
+        self.pool = BlockPool(num_blocks, config.block_size)
+        self.cache = init_paged_cache(cfg, num_blocks, config.block_size)
+        self.params = params
+        self.version = version if params is not None else None
+        self.progress = Progress()
+        self.units_done = 0
+        self.tokens_done = 0
+        self.discarded_partial = 0
+        self.last_tokens_per_s = 0.0
+        self._tables = np.zeros((config.slots, self.width), np.int32)
+
+    # --- weights --------------------------------------------------------------------------
+
+    def set_params(self, params: Params, version: int) -> None:
+        """Swap in new weights (between units; mid-unit swaps go through `generate`'s poll)."""
+        self.params = params
+        self.version = version
+
+    # --- the unit -------------------------------------------------------------------------
+
+    def generate(
+        self, unit: WorkUnit, *, poll: Callable[[], Swap | None] | None = None
+    ) -> GenerateResult:
+        """Every sample of `unit`. `poll()` runs at each boundary; a Swap it returns is a forced
+        reload: the partial rollouts are discarded (FailedPrecondition) or, in interruptible
+        mode, recomputed with the new weights."""
+        unit.check(vocab_size=self.cfg.vocab_size, max_context=self.config.max_context)
+        if unit.version != self.version:
+            raise FailedPrecondition(
+                f"work unit {unit.unit_id!r} needs version {unit.version}, but version "
+                f"{self.version} is loaded; LoadVersion({unit.version}) first",
+                loaded=self.version,
+            )
+        start = time.perf_counter()
+        g = unit.samples_per_prompt
+        keys = seed_keys(np.asarray(unit.seeds, np.int64))
+        seqs = [
+            _Seq(i, list(unit.prompts[i // g]), keys[i], unit.max_new_tokens)
+            for i in range(unit.num_samples)
+        ]
+        knobs = knobs_of(unit.sampling)
+        stops = set(unit.stop_token_ids)
+        stop_seqs = [list(q) for q in unit.stop_sequences]
+        queue: deque[_Seq] = deque(seqs)
+        slots: list[_Seq | None] = [None] * self.config.slots
+        recomputed = 0
+        try:
+            while queue or any(slots):
+                swap = poll() if poll is not None else None
+                if swap is not None:
+                    recomputed += self._reload(unit, swap, slots, queue)
+                admitted = self._admit(queue, slots)
+                if admitted:
+                    self._prefill(admitted, knobs, stops, stop_seqs)
+                self._retire(slots)
+                self.progress = Progress(len(queue), sum(x is not None for x in slots))
+                if any(slots):
+                    self._decode(slots, knobs, stops, stop_seqs)
+                    self._retire(slots)
+        finally:
+            for i, seq in enumerate(slots):  # an error mid-unit must not leak blocks
+                if seq is not None:
+                    self.pool.free(seq.blocks)
+                    seq.blocks = []
+                    self._tables[i] = 0
+            self.progress = Progress()
+        elapsed = time.perf_counter() - start
+        generated = sum(len(q.out) for q in seqs)
+        self.units_done += 1
+        self.tokens_done += generated
+        self.last_tokens_per_s = generated / elapsed if elapsed > 0 else 0.0
+        rollouts = tuple(
+            Rollout(
+                prompt_index=q.index // g,
+                sample_index=q.index % g,
+                token_ids=tuple(q.out),
+                sampler_logprobs=tuple(q.sampler),
+                model_logprobs=tuple(q.model),
+                finish_reason=q.finish or "length",
+                versions=tuple(q.versions),
+            )
+            for q in seqs
+        )
+        return GenerateResult(
+            unit_id=unit.unit_id,
+            version=int(self.version if self.version is not None else -1),
+            rollouts=rollouts,
+            generated_tokens=generated,
+            elapsed_s=elapsed,
+            recomputed=recomputed,
+        )
+
+    # --- scheduler steps ------------------------------------------------------------------
+
+    def _reload(
+        self, unit: WorkUnit, swap: Swap, slots: list[_Seq | None], queue: deque[_Seq]
+    ) -> int:
+        """A forced reload at a boundary: drop (or requeue for recompute) every started sample."""
+        params, version = swap
+        old = self.version
+        started = [(i, q) for i, q in enumerate(slots) if q is not None]
+        for i, q in started:
+            self.pool.free(q.blocks)
+            q.blocks = []
+            self._tables[i] = 0
+            slots[i] = None
+        self.set_params(params, version)
+        if not self.config.interruptible:
+            self.discarded_partial += len(started)
+            raise FailedPrecondition(
+                f"work unit {unit.unit_id!r}: a reload to version {version} was forced mid-unit; "
+                f"{len(started)} partial rollouts of version {old} were discarded",
+                loaded=version,
+            )
+        for _, q in reversed(started):  # first in line again, in their original order
+            queue.appendleft(q)
+        log.info(
+            "unit %s: reload to version %d mid-unit, recomputing %d sequences",
+            unit.unit_id,
+            version,
+            len(started),
+        )
+        return len(started)
+
+    def _admit(self, queue: deque[_Seq], slots: list[_Seq | None]) -> list[_Seq]:
+        """Fill free slots in order from the queue's head while the pool has its blocks."""
+        if not self.config.continuous and any(slots):
+            return []  # static batching: the next batch starts when the whole batch is done
+        admitted = []
+        for i in range(len(slots)):
+            if slots[i] is not None or not queue:
+                continue
+            head = queue[0]
+            need = self.pool.blocks_for(len(head.prompt) + head.max_new)
+            if not self.pool.can_allocate(need):
+                break  # FIFO: the head waits for blocks; nobody overtakes it
+            queue.popleft()
+            head.blocks = self.pool.allocate(need)
+            self._tables[i] = 0
+            self._tables[i, :need] = head.blocks
+            slots[i] = head
+            admitted.append(head)
+        return admitted
+
+    def _retire(self, slots: list[_Seq | None]) -> None:
+        for i, seq in enumerate(slots):
+            if seq is not None and seq.finish is not None:
+                self.pool.free(seq.blocks)
+                seq.blocks = []
+                self._tables[i] = 0
+                slots[i] = None
+
+    def _rows(self, n: int) -> int:
+        return min(_pow4(n), _pow2(self.config.slots))
+
+    def _bucket_len(self, n: int) -> int:
+        return min(max(16, _pow2(n)), self.config.max_context)
+
+    def _prefill(
+        self,
+        seqs: list[_Seq],
+        knobs: tuple[np.generic, ...],
+        stops: set[int],
+        stop_seqs: list[list[int]],
+    ) -> None:
+        """Prefill `seqs` (in order) in groups whose rows x padded length fit the budget."""
+        budget = self.config.max_prefill_tokens
+        i = 0
+        while i < len(seqs):
+            group = [seqs[i]]
+            length = self._bucket_len(len(seqs[i].context))
+            for seq in seqs[i + 1 :]:
+                grown = max(length, self._bucket_len(len(seq.context)))
+                if self._rows(len(group) + 1) * grown > budget:
+                    break
+                group.append(seq)
+                length = grown
+            i += len(group)
+            rows = self._rows(len(group))
+            tokens = np.zeros((rows, length), np.int32)
+            lengths = np.zeros(rows, np.int32)
+            tables = np.zeros((rows, self.width), np.int32)
+            keys = np.zeros((rows, 2), np.uint32)
+            for r, seq in enumerate(group):
+                ctx = seq.context
+                tokens[r, : len(ctx)] = ctx
+                lengths[r] = len(ctx)
+                tables[r, : len(seq.blocks)] = seq.blocks
+                keys[r] = seq.key
+            tok, slp, mlp, self.cache = _prefill_call(
+                self.params, self.cfg, self.cache, tokens, lengths, tables, keys, knobs
+            )
+            tok, slp, mlp = np.asarray(tok), np.asarray(slp), np.asarray(mlp)
+            for r, seq in enumerate(group):
+                self._append(seq, int(tok[r]), float(slp[r]), float(mlp[r]), stops, stop_seqs)
+
+    def _decode(
+        self,
+        slots: list[_Seq | None],
+        knobs: tuple[np.generic, ...],
+        stops: set[int],
+        stop_seqs: list[list[int]],
+    ) -> None:
+        n = self.config.slots
+        steps = self.config.steps_per_call
+        tokens = np.zeros(n, np.int32)
+        positions = np.zeros(n, np.int32)
+        keys = np.zeros((n, 2), np.uint32)
+        live = [(i, q) for i, q in enumerate(slots) if q is not None]
+        for i, q in live:
+            tokens[i] = q.out[-1]
+            positions[i] = len(q.prompt) + len(q.out) - 1
+            keys[i] = q.key
+        # every step j reads positions <= position + j; round the span up to a bucket
+        reach = int(positions.max()) + steps
+        bucket = self.config.span_bucket
+        span = -(-reach // bucket) * bucket
+        span_blocks = min(self.width, -(-span // self.config.block_size))
+        toks, slps, mlps, self.cache = _decode_call(
+            self.params,
+            self.cfg,
+            span_blocks,
+            steps,
+            self.cache,
+            tokens,
+            positions,
+            self._tables.copy(),
+            keys,
+            knobs,
+        )
+        toks, slps, mlps = np.asarray(toks), np.asarray(slps), np.asarray(mlps)
+        for i, q in live:
+            for j in range(steps):
+                if q.finish is not None:
+                    break
+                self._append(
+                    q, int(toks[j, i]), float(slps[j, i]), float(mlps[j, i]), stops, stop_seqs
+                )
+
+    def _append(
+        self,
+        seq: _Seq,
+        token: int,
+        sampler: float,
+        model: float,
+        stops: set[int],
+        stop_seqs: list[list[int]],
+    ) -> None:
+        seq.out.append(token)
+        seq.sampler.append(sampler)
+        seq.model.append(model)
+        seq.versions.append(int(self.version if self.version is not None else -1))
+        if token in stops or any(
+            len(seq.out) >= len(q) and seq.out[-len(q) :] == q for q in stop_seqs
+        ):
+            seq.finish = "stop"
+        elif len(seq.out) >= seq.max_new:
+            seq.finish = "length"
+
+    # --- facts ----------------------------------------------------------------------------
+
+    @property
+    def free_blocks(self) -> int:
+        return self.pool.num_free
+
+    @property
+    def total_blocks(self) -> int:
+        return self.pool.capacity
+
+    def describe(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "slots": c.slots,
+            "block_size": c.block_size,
+            "blocks": self.pool.capacity,
+            "block_bytes": self.block_bytes,
+            "max_context": c.max_context,
+        }
