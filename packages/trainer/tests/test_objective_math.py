@@ -275,12 +275,14 @@ def test_group_aggregation_batch_scope_is_the_whole_batch_token_mean() -> None:
 
 
 def test_sequence_is_geometric_and_product() -> None:
+    # sample 0 has 3 tokens with ratios 8, 1, 1 (and a padding slot): geometric mean 2, product 8
     logp, batch = batch_of(
-        [[[-1.0, -1.0], [-1.0, -1.0]]],
-        log_r=[[[math.log(4.0), 0.0], [0.0, 0.0]]],
+        [[[-1.0, -1.0, -1.0, 5.0], [-1.0, -1.0, -1.0, -1.0]]],
+        log_r=[[[math.log(8.0), 0.0, 0.0, 3.0], [0.0, 0.0, 0.0, 0.0]]],
+        mask=[[[1, 1, 1, 0], [1, 1, 1, 1]]],
         rewards=[[1.0, 0.0]],
     )
-    for geometric, weight in ((True, 2.0), (False, 4.0)):
+    for geometric, weight in ((True, 2.0), (False, 8.0)):
         obj = RLObjective(
             agg=IndividualAggregation(),
             IS=SequenceIS(geometric=geometric),
