@@ -18,7 +18,7 @@ class ParamServerConfig:
     replica_id: int = 0  # this replica's index among the R replicas, >= 0 (shown in Versions)
     max_versions: int = 2  # committed versions kept in memory at most, >= 1
     chunk_kib: int = 8192  # target storage chunk size, KiB, >= 1 (8 MiB reads fastest: DESIGN §10)
-    shared_memory: bool = True  # accept the same-host fast path through /dev/shm segments
+    shared_memory: bool = True  # keep versions in /dev/shm files clients map (same-host fast path)
     max_push_wait_s: float = 3600.0  # cap on waiting for room when a push has no deadline, s >= 0
 
     def __post_init__(self) -> None:
