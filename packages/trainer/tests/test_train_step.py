@@ -4,6 +4,7 @@ the generation version, minibatches and accumulation, SFT, metrics and threshold
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import jax
 import numpy as np
@@ -88,7 +89,8 @@ def test_sft_step_learns_a_pattern() -> None:
     t = make()
     losses = [t.train_step(sft_batch(i % 2)).metrics["loss"] for i in range(8)]
     assert losses[0] > 5.0  # about log(259) at init
-    assert losses[-1] < losses[0] - 1.0, losses
+    assert all(b < a for a, b in itertools.pairwise(losses)), losses
+    assert losses[-1] < losses[0] - 0.5, losses
 
 
 def test_metrics_and_mismatch_thresholds() -> None:
