@@ -70,10 +70,10 @@ def test_idle_rows_and_padding_write_only_the_sink(model) -> None:
     tokens = rng.integers(0, cfg.vocab_size, (3, 12)).astype(np.int32)
     lengths = np.array([6, 0, 0], np.int32)
     _, cache = paged_prefill(params, cfg, tokens, lengths, tables, cache)
-    k = np.asarray(cache.k)
+    k = np.asarray(cache.k)  # [L, K, N, bs, d]
     untouched = [b for b in range(1, NB) if b not in (3, 7)]
-    assert not k[:, untouched].any()
-    assert k[:, 3].any() and k[:, 7, :2].any() and not k[:, 7, 2:].any()
+    assert not k[:, :, untouched].any()
+    assert k[:, :, 3].any() and k[:, :, 7, :2].any() and not k[:, :, 7, 2:].any()
 
     other = np.array([5, int(rng.integers(0, cfg.vocab_size)), 1], np.int32)
     pos = np.array([6, 0, 0], np.int32)
@@ -81,8 +81,8 @@ def test_idle_rows_and_padding_write_only_the_sink(model) -> None:
     other[1] = (other[1] + 1) % cfg.vocab_size
     h2, _ = paged_decode(params, cfg, other, pos, tables, cache, span_blocks=6)
     np.testing.assert_array_equal(np.asarray(h1[0]), np.asarray(h2[0]))
-    assert not np.asarray(c1.k)[:, untouched].any()
-    assert np.asarray(c1.k)[:, 7, 2].any()  # position 6 -> block 7, offset 2
+    assert not np.asarray(c1.k)[:, :, untouched].any()
+    assert np.asarray(c1.k)[:, :, 7, 2].any()  # position 6 -> block 7, offset 2
 
 
 def test_decode_ignores_garbage_beyond_the_position(model) -> None:

@@ -2,7 +2,9 @@
 
 Every token is drawn with its own key: the sample's 64-bit seed as a threefry key, with the
 token's position folded in (`fold_in(key(seed), position)`), so a sample's randomness depends on
-nothing but its seed and position: not on its batch mates, its slot, or when it ran.
+nothing but its seed and position: not on its batch mates, its slot, or when it ran. The key
+draws one uniform number and the token is read off the inverse CDF (one random number per token
+instead of Gumbel noise over the vocabulary: 4x cheaper at V = 32000 on this CPU).
 
 Three modes, chosen per work unit (a traced index: one compiled program serves all three):
 
@@ -11,6 +13,8 @@ Three modes, chosen per work unit (a traced index: one compiled program serves a
 - `sample`: softmax(logits / temperature).
 - `truncate`: as `sample`, then keep the top_k most likely tokens (0: all) and, of those, the
   smallest set whose probability reaches top_p; tokens tied with the last one kept stay too.
+  Thresholds are found by bisection, not by sorting the vocabulary (a sort of 32 x 32000 took
+  230 ms here, the bisection a few ms).
 
 Returned per row: the token, its log-prob under the distribution actually sampled from (the
 tempered, truncated one: what truncated importance sampling needs) and under the plain model
@@ -18,6 +22,8 @@ tempered, truncated one: what truncated importance sampling needs) and under the
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -52,18 +58,55 @@ def seed_keys(seeds: np.ndarray) -> np.ndarray:
     return np.stack([(s >> np.uint64(32)), s & np.uint64(0xFFFFFFFF)], axis=-1).astype(np.uint32)
 
 
+def _largest_threshold(probs: jax.Array, enough: Callable[[jax.Array], jax.Array]) -> jax.Array:
+    """Per row of probs [B, V] (>= 0), the largest float t with enough(t) true, where enough is
+    monotone (true at 0, false at +inf). Bisection on the float's bit pattern (ordered like the
+    values for t >= 0): exact in 32 rounds of O(V), where a sort of V costs ~30x more here."""
+    b = probs.shape[0]
+    lo = jnp.zeros(b, jnp.int32)  # bits of 0.0
+    hi = jnp.full(b, 0x7F800000, jnp.int32)  # bits of +inf
+
+    def body(_: int, bounds: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        lo, hi = bounds
+        mid = lo + (hi - lo) // 2
+        ok = enough(jax.lax.bitcast_convert_type(mid, jnp.float32))
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    lo, _ = jax.lax.fori_loop(0, 32, body, (lo, hi))
+    return jax.lax.bitcast_convert_type(lo, jnp.float32)
+
+
 def _truncate(lf: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
-    """Mask (as -inf) the tokens outside top-k, then outside the top-p nucleus, of lf [V]."""
+    """Mask (as -inf) the tokens outside the top_k (0: none), then outside the top-p nucleus of
+    what remains, of tempered logits lf [B, V]. Ties with the last kept token are kept."""
+    probs = jax.nn.softmax(lf, axis=-1)
+    kth = _largest_threshold(probs, lambda t: jnp.sum(probs >= t[:, None], axis=-1) >= top_k)
+    kth = jnp.where(top_k > 0, kth, 0.0)  # top_k = 0 keeps every token
+    kept = jnp.where(probs >= kth[:, None], probs, 0.0)
+    kept = kept / kept.sum(axis=-1, keepdims=True)
+    # the smallest set of most likely tokens holding >= top_p of the mass
+    nucleus = _largest_threshold(
+        kept, lambda t: jnp.sum(jnp.where(kept >= t[:, None], kept, 0.0), axis=-1) >= top_p
+    )
+    keep = (kept >= nucleus[:, None]) & (kept > 0)
+    return jnp.where(keep, lf, -jnp.inf)
+
+
+def _draw(lf: jax.Array, keys: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Inverse-CDF sampling from softmax(lf) [B, V]: one uniform u per row, drawn with
+    fold_in(key, position); the token whose CDF interval holds (1 - u) * total. Returns the
+    tokens and their log-probs under softmax(lf)."""
+    logp = jax.nn.log_softmax(lf, axis=-1)
+    probs = jnp.exp(logp)
+    cdf = jnp.cumsum(probs, axis=-1)
+    u = jax.vmap(lambda k, p: jax.random.uniform(jax.random.fold_in(k, p), ()))(keys, positions)
+    target = (1.0 - u) * cdf[:, -1]  # in (0, total]
+    index = jnp.sum(cdf < target[:, None], axis=-1)
+    # rounding can push the target past the last positive-probability token: never pick p = 0
     v = lf.shape[-1]
-    ranked = -jnp.sort(-lf)  # descending
-    idx = jnp.arange(v)
-    k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)
-    in_k = idx < k
-    probs = jax.nn.softmax(jnp.where(in_k, ranked, -jnp.inf))
-    # keep a token if the mass before it is < top_p (the most likely token always stays)
-    keep = in_k & ((jnp.cumsum(probs) - probs) < top_p)
-    cutoff = ranked[jnp.maximum(jnp.sum(keep) - 1, 0)]
-    return jnp.where(lf >= cutoff, lf, -jnp.inf)
+    last = v - 1 - jnp.argmax(jnp.flip(probs > 0, axis=-1), axis=-1)
+    tokens = jnp.minimum(index, last).astype(jnp.int32)
+    return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
 
 
 def sample_rows(
@@ -88,17 +131,12 @@ def sample_rows(
         tokens = jnp.argmax(model_logp, axis=-1).astype(jnp.int32)
         return tokens, jnp.take_along_axis(model_logp, tokens[:, None], axis=-1)[:, 0]
 
-    def draw(truncate: bool) -> tuple[jax.Array, jax.Array]:
-        def one(row: jax.Array, key: jax.Array, position: jax.Array) -> tuple[jax.Array, ...]:
-            row = row / temperature
-            if truncate:
-                row = _truncate(row, top_k, top_p)
-            token = jax.random.categorical(jax.random.fold_in(key, position), row)
-            return token.astype(jnp.int32), jax.nn.log_softmax(row)[token]
+    def sample() -> tuple[jax.Array, jax.Array]:
+        return _draw(lf / temperature, keys, positions)
 
-        tokens, logp = jax.vmap(one)(lf, keys, positions)
-        return tokens, logp
+    def truncated() -> tuple[jax.Array, jax.Array]:
+        return _draw(_truncate(lf / temperature, top_k, top_p), keys, positions)
 
-    tokens, sampler = jax.lax.switch(mode, [greedy, lambda: draw(False), lambda: draw(True)])
+    tokens, sampler = jax.lax.switch(mode, [greedy, sample, truncated])
     model = jnp.take_along_axis(model_logp, tokens[:, None], axis=-1)[:, 0]
     return tokens, sampler, model

@@ -2,7 +2,7 @@
 
 The cache is a pool of fixed-size blocks shared by all sequences:
 
-    k, v [L, N, block_size, K, d]      N blocks of block_size positions each
+    k, v [L, K, N, block_size, d]      per layer and KV head, N blocks of block_size positions
 
 A sequence owns a list of blocks, its *block table* (a row of block ids, padded with 0): position
 p of the sequence lives in block table[p // block_size] at offset p % block_size. Block 0 is the
@@ -12,13 +12,16 @@ gathered into position order before attention.
 
 `paged_prefill` runs whole prompts (attention among their own tokens, exactly the no-cache
 `forward`) and writes their keys and values into their blocks; `paged_decode` runs one new token
-per row, writes its key and value, gathers the row's first `span` positions and attends to those
-at or before its position. Both return final hidden states (after the last norm); `logits` turns
+per row: it gathers the row's first `span` cached positions, attends to those before its
+position and to its own new key, and writes the new key and value. The layers only read the
+cache; every write is one scatter after the last layer, so a donated cache is updated in place
+(scattering inside the layer loop made XLA copy the whole pool: 2.5x slower decode). Both return final hidden states (after the last norm); `logits` turns
 them into the vocabulary distribution.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -26,7 +29,7 @@ import jax.numpy as jnp
 
 from rlx_model.config import ModelConfig
 from rlx_model.decoder import _DTYPES, Params, block_tail, qkv_projection
-from rlx_model.layers import attention, rms_norm, rope_frequencies
+from rlx_model.layers import _NEG, attention, rms_norm, rope_frequencies
 
 __all__ = ["PagedKVCache", "init_paged_cache", "paged_decode", "paged_prefill"]
 
@@ -34,23 +37,27 @@ SINK_BLOCK = 0  # written by padding and idle rows, never read as a real key
 
 
 class PagedKVCache(NamedTuple):
-    """Block pool: k, v [L, num_blocks, block_size, K, d] in the compute dtype."""
+    """Block pool: k, v [L, K, num_blocks, block_size, d] in the compute dtype.
+
+    KV heads come before blocks so that a row's gathered blocks are already [K, B, span, d], the
+    layout whose batched matmuls need no transpose (measured: 3-5x faster decode attention than
+    gathering [B, span, K, d])."""
 
     k: jax.Array
     v: jax.Array
 
     @property
     def block_size(self) -> int:
-        return int(self.k.shape[2])
+        return int(self.k.shape[3])
 
     @property
     def num_blocks(self) -> int:
-        return int(self.k.shape[1])
+        return int(self.k.shape[2])
 
 
 def init_paged_cache(cfg: ModelConfig, num_blocks: int, block_size: int) -> PagedKVCache:
     """An all-zero pool of `num_blocks` blocks (block 0 is the sink) of `block_size` positions."""
-    shape = (cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+    shape = (cfg.num_layers, cfg.num_kv_heads, num_blocks, block_size, cfg.head_dim)
     dtype = _DTYPES[cfg.compute_dtype]
     return PagedKVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
@@ -64,6 +71,18 @@ def _slot_of(
     inside = valid & (index < width)
     block = jnp.take_along_axis(tables, jnp.clip(index, 0, width - 1), axis=1)
     return jnp.where(inside, block, SINK_BLOCK), jnp.where(inside, positions % block_size, 0)
+
+
+def _write(
+    cache: PagedKVCache, ks: jax.Array, vs: jax.Array, block: jax.Array, offset: jax.Array
+) -> PagedKVCache:
+    """Write every layer's new keys and values ks, vs [L, B, T, K, d] at (block, offset) [B, T]:
+    one scatter per call, after the layers ran (the layers only read the cache)."""
+    ks = ks.transpose(0, 3, 1, 2, 4).astype(cache.k.dtype)  # [L, K, B, T, d]
+    vs = vs.transpose(0, 3, 1, 2, 4).astype(cache.v.dtype)
+    ck = cache.k.at[:, :, block, offset].set(ks)
+    cv = cache.v.at[:, :, block, offset].set(vs)
+    return PagedKVCache(ck, cv)
 
 
 def paged_prefill(
@@ -87,22 +106,50 @@ def paged_prefill(
     inv_freq = rope_frequencies(cfg)
     x = params["embed"].astype(cdt)[tokens]
 
-    def step(
-        carry: tuple[jax.Array, jax.Array, jax.Array], xs: tuple[Params, jax.Array]
-    ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], None]:
-        x, ck, cv = carry
-        layer, index = xs
+    def step(x: jax.Array, layer: Params) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         _, q, k, v = qkv_projection(cfg, inv_freq, x, layer, positions)
-        ck = ck.at[index, block, offset].set(k.astype(ck.dtype))
-        cv = cv.at[index, block, offset].set(v.astype(cv.dtype))
         attn = attention(q, k, v, positions, positions, valid)
-        return (block_tail(cfg, x, layer, attn), ck, cv), None
+        return block_tail(cfg, x, layer, attn), (k, v)
 
-    layers = (params["layers"], jnp.arange(cfg.num_layers))
-    (x, ck, cv), _ = jax.lax.scan(step, (x, cache.k, cache.v), layers)
+    x, (ks, vs) = jax.lax.scan(step, x, params["layers"])
     last = jnp.clip(lengths - 1, 0, t - 1)
     x = jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]
-    return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), PagedKVCache(ck, cv)
+    hidden = rms_norm(x, params["final_norm"], cfg.rms_norm_eps)
+    return hidden, _write(cache, ks, vs, block, offset)
+
+
+def _decode_attention(
+    q: jax.Array,
+    k_new: jax.Array,
+    v_new: jax.Array,
+    keys: jax.Array,
+    values: jax.Array,
+    valid: jax.Array,
+) -> jax.Array:
+    """Attention of one query per row over its cached keys plus its own new key.
+
+    q [B, 1, H, d]; k_new, v_new [B, 1, K, d]; keys, values [K, B, S, d] (gathered); valid [B, S].
+    The softmax runs over the S cached scores and the self score together, in float32.
+    Returns [B, 1, H, d].
+    """
+    b, _, h, d = q.shape
+    kv = keys.shape[0]
+    scale = 1.0 / math.sqrt(d)
+    qg = q.reshape(b, kv, h // kv, d).transpose(1, 0, 2, 3)  # [K, B, G, d]
+    kn = k_new.reshape(b, kv, d).transpose(1, 0, 2)  # [K, B, d]
+    vn = v_new.reshape(b, kv, d).transpose(1, 0, 2)
+    f32 = jnp.float32
+    cached = jnp.einsum("kbgd,kbsd->kbgs", qg, keys, preferred_element_type=f32) * scale
+    cached = jnp.where(valid[None, :, None, :], cached, _NEG)
+    own = jnp.einsum("kbgd,kbd->kbg", qg, kn, preferred_element_type=f32) * scale
+    top = jnp.maximum(cached.max(axis=-1), own)
+    e_cached = jnp.exp(cached - top[..., None])
+    e_own = jnp.exp(own - top)
+    denom = e_cached.sum(axis=-1) + e_own
+    p_cached = (e_cached / denom[..., None]).astype(values.dtype)
+    out = jnp.einsum("kbgs,kbsd->kbgd", p_cached, values, preferred_element_type=f32)
+    out = out + (e_own / denom)[..., None] * vn[:, :, None, :].astype(f32)
+    return out.transpose(1, 0, 2, 3).reshape(b, 1, h, d).astype(q.dtype)
 
 
 def paged_decode(
@@ -117,8 +164,9 @@ def paged_decode(
 ) -> tuple[jax.Array, PagedKVCache]:
     """One token per row: tokens, positions [B], tables [B, W]. Returns hidden [B, D], cache.
 
-    Each row attends to its positions 0..position, read from its first `span_blocks` blocks
-    (static: the caller buckets it so that span_blocks * block_size > every position).
+    Each row attends to its cached positions 0..position-1, read from its first `span_blocks`
+    blocks (static: the caller buckets it so that span_blocks * block_size >= every position),
+    and to its own new key; the new keys and values are written after the last layer.
     """
     b = tokens.shape[0]
     bs = cache.block_size
@@ -126,26 +174,22 @@ def paged_decode(
     block, offset = _slot_of(tables, pos, jnp.ones_like(pos, bool), bs)
     span = span_blocks * bs
     gather = tables[:, :span_blocks]
-    k_pos = jnp.broadcast_to(jnp.arange(span, dtype=jnp.int32), (b, span))
-    k_valid = jnp.ones((b, span), bool)
+    valid = jnp.arange(span, dtype=jnp.int32)[None, :] < pos
     cdt = _DTYPES[cfg.compute_dtype]
     inv_freq = rope_frequencies(cfg)
     x = params["embed"].astype(cdt)[tokens[:, None]]
+    shape = (cfg.num_kv_heads, b, span, cfg.head_dim)
 
     def step(
-        carry: tuple[jax.Array, jax.Array, jax.Array], xs: tuple[Params, jax.Array]
-    ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], None]:
-        x, ck, cv = carry
-        layer, index = xs
+        x: jax.Array, xs: tuple[Params, jax.Array, jax.Array]
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        layer, ck, cv = xs  # ck, cv [K, N, bs, d]
         _, q, k, v = qkv_projection(cfg, inv_freq, x, layer, pos)
-        ck = ck.at[index, block, offset].set(k.astype(ck.dtype))
-        cv = cv.at[index, block, offset].set(v.astype(cv.dtype))
-        shape = (b, span, cfg.num_kv_heads, cfg.head_dim)
-        keys = ck[index, gather].reshape(shape).astype(cdt)
-        values = cv[index, gather].reshape(shape).astype(cdt)
-        attn = attention(q, keys, values, pos, k_pos, k_valid)
-        return (block_tail(cfg, x, layer, attn), ck, cv), None
+        keys = ck[:, gather].reshape(shape).astype(cdt)
+        values = cv[:, gather].reshape(shape).astype(cdt)
+        attn = _decode_attention(q, k, v, keys, values, valid)
+        return block_tail(cfg, x, layer, attn), (k, v)
 
-    layers = (params["layers"], jnp.arange(cfg.num_layers))
-    (x, ck, cv), _ = jax.lax.scan(step, (x, cache.k, cache.v), layers)
-    return rms_norm(x[:, 0], params["final_norm"], cfg.rms_norm_eps), PagedKVCache(ck, cv)
+    x, (ks, vs) = jax.lax.scan(step, x, (params["layers"], cache.k, cache.v))
+    hidden = rms_norm(x[:, 0], params["final_norm"], cfg.rms_norm_eps)
+    return hidden, _write(cache, ks, vs, block, offset)
