@@ -15,8 +15,9 @@ gathered into position order before attention.
 per row: it gathers the row's first `span` cached positions, attends to those before its
 position and to its own new key, and writes the new key and value. The layers only read the
 cache; every write is one scatter after the last layer, so a donated cache is updated in place
-(scattering inside the layer loop made XLA copy the whole pool: 2.5x slower decode). Both return final hidden states (after the last norm); `logits` turns
-them into the vocabulary distribution.
+(scattering inside the layer loop made XLA copy the whole pool: 2.5x slower decode). Both
+return final hidden states (after the last norm); `logits` turns them into the vocabulary
+distribution.
 """
 
 from __future__ import annotations
