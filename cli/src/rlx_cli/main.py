@@ -16,6 +16,7 @@ from rich.table import Table
 from rlx_cli._version import __version__
 from rlx_cli.model_cmd import model_app
 from rlx_cli.ps_cmd import ps_app
+from rlx_cli.snapshot_cmd import snapshot_app
 
 __all__ = ["PACKAGES", "app"]
 
@@ -41,6 +42,7 @@ app = typer.Typer(
 
 app.add_typer(model_app, name="model")
 app.add_typer(ps_app, name="ps")
+app.add_typer(snapshot_app, name="snapshot")
 
 
 @app.callback()

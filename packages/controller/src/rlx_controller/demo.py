@@ -1,0 +1,111 @@
+"""The built-in demo task: multi-digit addition with a verifiable answer and a held-out split.
+
+A prompt is `"{a}+{b}="` (operands zero-padded to `digits`) and its answer the decimal sum,
+written by a byte-level model one character at a time (rlx_model's `ByteTokenizer`). Responses
+are scored by the math answer rule (the verifier's `last_number` extraction, then numeric
+equality), so `"57"`, `"057"` and `"57 "` are right and `"5 7"` is not. Every pair (a, b) with
+0 <= a, b < 10**digits belongs to exactly one split, chosen by a keyed permutation of all pairs:
+the first `heldout` positions are held out.
+
+    train, heldout = addition_splits(digits=2, heldout=500, seed=0)
+    write_addition_jsonl(dir, digits=2, heldout=500)   # dir/train.jsonl, dir/heldout.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlx_controller.rng import KeyedPermutation
+
+__all__ = [
+    "AdditionTask",
+    "addition_answer_correct",
+    "addition_splits",
+    "write_addition_jsonl",
+]
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdditionTask:
+    """The demo task's shape."""
+
+    digits: int = 2  # operands are 0 .. 10**digits - 1, >= 1
+    heldout: int = 500  # pairs held out of training, >= 1 and < (10**digits)**2
+    seed: int = 0  # which pairs are held out, and the order of each split
+    # zero-pad operands to `digits` characters ("07+35="), so every prompt has one shape and
+    # digit positions line up; the gold answer stays the plain number ("42")
+    padded: bool = True
+
+    def __post_init__(self) -> None:
+        if self.digits < 1:
+            raise ValueError(f"digits must be >= 1, got {self.digits}")
+        if not 1 <= self.heldout < self.num_pairs:
+            raise ValueError(f"heldout must be within 1-{self.num_pairs - 1}, got {self.heldout}")
+
+    @property
+    def num_pairs(self) -> int:
+        return (10**self.digits) ** 2
+
+    @property
+    def max_answer_chars(self) -> int:
+        """Characters of the longest answer (digits + 1 for the carry)."""
+        return self.digits + 1
+
+    def pair(self, index: int) -> tuple[int, int]:
+        """The pair numbered `index` in [0, num_pairs)."""
+        base = 10**self.digits
+        return index // base, index % base
+
+    def record(self, a: int, b: int) -> dict[str, str]:
+        """The JSONL record of a + b."""
+        width = self.digits if self.padded else 0
+        return {"prompt": f"{a:0{width}d}+{b:0{width}d}=", "answer": str(a + b)}
+
+    def target(self, answer: str) -> str:
+        """The completion the SFT base model is taught: zero-padded to digits + 1 characters
+        when `padded` ("042"); the math answer rule reads it as the same number."""
+        return f"{int(answer):0{self.max_answer_chars}d}" if self.padded else answer
+
+
+def addition_splits(task: AdditionTask) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(train, heldout) records {"prompt", "answer"}, each in a fixed shuffled order."""
+    perm = KeyedPermutation(task.num_pairs, task.seed, f"demo/addition/{task.digits}")
+    order = [task.pair(perm(i)) for i in range(task.num_pairs)]
+    heldout = [task.record(a, b) for a, b in order[: task.heldout]]
+    train = [task.record(a, b) for a, b in order[task.heldout :]]
+    return train, heldout
+
+
+def write_addition_jsonl(directory: str | Path, task: AdditionTask) -> tuple[Path, Path]:
+    """Write `train.jsonl` and `heldout.jsonl` into `directory`; return their paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    train, heldout = addition_splits(task)
+    paths = (directory / "train.jsonl", directory / "heldout.jsonl")
+    for path, records in zip(paths, (train, heldout), strict=True):
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        tmp.replace(path)
+    return paths
+
+
+def addition_answer_correct(response: str, answer: str) -> bool:
+    """The math answer rule for integer answers: the last number in `response` equals `answer`.
+
+    This is what the verifier's math judge decides for these prompts (its `last_number`
+    extraction, then math-verify's equality, which for plain integers is integer equality); the
+    demo's single-process floor uses it directly to stay free of services.
+    """
+    found = _NUMBER.findall(response)
+    if not found:
+        return False
+    text = found[-1].replace(",", "")
+    try:
+        return int(text) == int(answer) if "." not in text else float(text) == int(answer)
+    except ValueError:
+        return False

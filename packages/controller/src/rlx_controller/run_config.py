@@ -1,0 +1,531 @@
+"""The run configuration: one TOML file that says what to train, on what, how, and where.
+
+    cfg = load_run_config("run.toml", overrides=["batch.group_size=16"])
+    check_run_inputs(cfg)   # the files it names exist (datasets, model, prefilter)
+    config_hash(cfg)        # what snapshots record, so a resume with another config is refused
+
+Every mistake is a `ConfigError` naming the dotted field (`datasets[1].weight`,
+`staleness.lag`), before anything is started. The staleness combination is checked here
+(DESIGN §3): batch b is generated with version v(b), the newest multiple of `staleness.reload`
+(j) at or below b - `staleness.lag`, and the largest b - v(b) over a run, lag + j - 1, must not
+exceed `staleness.accept` (k).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import string
+from dataclasses import dataclass, field
+from difflib import get_close_matches
+from typing import Literal
+
+from rlx_core.config import load_config, loads_config, to_toml
+from rlx_core.errors import ConfigError, NotFound
+from rlx_core.storage import open_storage
+
+__all__ = [
+    "PRESETS",
+    "AlgorithmConfig",
+    "BatchConfig",
+    "DatasetConfig",
+    "DynamicSamplingConfig",
+    "EvalConfig",
+    "ModelSpec",
+    "OptimizerSettings",
+    "PrefilterConfig",
+    "RunConfig",
+    "SamplingConfig",
+    "ServicesConfig",
+    "SnapshotConfig",
+    "StalenessConfig",
+    "check_run_inputs",
+    "config_hash",
+    "load_run_config",
+    "loads_run_config",
+    "split_uri",
+]
+
+# The objective presets of DESIGN §5 (rlx_trainer.objective.PRESETS; the controller does not
+# import the trainer, so the names are listed here and the trainer checks the overrides' values).
+PRESETS = (
+    "grpo",
+    "dapo",
+    "dr_grpo",
+    "reinforce",
+    "token_reinforce",
+    "rloo",
+    "reinforce_pp",
+    "cispo",
+    "gspo",
+    "ppo",
+    "decoupled_ppo",
+)
+# Override names the presets accept (common ones first, then preset-specific ones).
+OVERRIDES = (
+    "eps_low",
+    "eps_high",
+    "beta",
+    "tis_cap",
+    "dual_clip",
+    "gamma",
+    "lam",
+    "whiten",
+    "vf_coef",
+    "vf_clip",
+    "scaled",
+)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _at_least(owner: object, minimum: float, *names: str) -> None:
+    for name in names:
+        value = getattr(owner, name)
+        if value < minimum:
+            raise ConfigError(f"must be >= {minimum:g}", field=name, value=value)
+
+
+def _hint(value: str, allowed: tuple[str, ...]) -> str:
+    close = get_close_matches(value, allowed, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """The policy model: a built-in tiny config or a local HF checkpoint directory."""
+
+    source: Literal["tiny", "hf"] = "tiny"  # "tiny": rlx_model.TINY_CONFIGS; "hf": `path`
+    tiny: Literal["tiny", "small"] = "tiny"  # which built-in config, when source = "tiny"
+    # HF checkpoint directory (config.json + safetensors): required for source = "hf"; for
+    # "tiny", optional initial weights (e.g. the demo's SFT base model); "" = random init by seed
+    path: str = ""
+    param_dtype: Literal["float32", "bfloat16"] = "float32"  # dtype of weights on device
+    compute_dtype: Literal["float32", "bfloat16"] = "float32"  # dtype of matmuls
+
+    def __post_init__(self) -> None:
+        if self.source == "hf" and not self.path:
+            raise ConfigError(
+                'source = "hf" needs the checkpoint directory', field="path", value=self.path
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetConfig:
+    """One JSONL dataset of the prompt mixture (or of the held-out evaluation)."""
+
+    name: str  # unique short name, [A-Za-z0-9_.-]; prompt ids are "<name>/<row>"
+    path: str  # JSONL file: a path, file://, s3://bucket/key or gs://bucket/key
+    prompt_field: str = "prompt"  # record field holding the prompt text
+    answer_field: str = "answer"  # record field holding the gold answer (math)
+    # how a record becomes the model's input: {field} placeholders name record fields, and
+    # {prompt} (the value of prompt_field) must appear; "{prompt}" = the prompt as is
+    template: str = "{prompt}"
+    reward: Literal["math", "code"] = "math"  # math: answer vs gold; code: run against tests
+    tests_field: str = "tests"  # code: record field with the test links (test-data repository)
+    language: str = "python"  # code: language of the programs to judge
+    math_extractor: Literal["auto", "boxed", "hash", "answer_is", "last_number"] = "auto"
+    weight: float = 1.0  # relative share of prompts drawn from this dataset, > 0
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ConfigError(
+                "must be letters, digits, '_', '.', '-' (not starting with a symbol)",
+                field="name",
+                value=self.name,
+            )
+        if not self.path:
+            raise ConfigError("is empty: give the JSONL file", field="path", value=self.path)
+        if not (self.weight > 0 and math.isfinite(self.weight)):
+            raise ConfigError("must be a finite number > 0", field="weight", value=self.weight)
+        try:
+            names = [f for _, f, _, _ in string.Formatter().parse(self.template) if f is not None]
+        except ValueError as e:
+            raise ConfigError(f"is not a format string: {e}", field="template") from None
+        if "prompt" not in names:
+            raise ConfigError(
+                "must contain {prompt} (where the prompt text goes)",
+                field="template",
+                value=self.template,
+            )
+        if any(not n.isidentifier() for n in names):
+            raise ConfigError(
+                "placeholders must be plain field names such as {prompt} or {question}",
+                field="template",
+                value=self.template,
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlgorithmConfig:
+    """The RL objective: a preset of DESIGN §5 and overrides of its parameters."""
+
+    preset: str = "grpo"  # one of PRESETS (grpo, dapo, dr_grpo, rloo, cispo, gspo, ...)
+    overrides: dict[str, float] = field(default_factory=dict)  # e.g. {eps_high = 0.28, beta = 0}
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ConfigError(
+                f"unknown preset {self.preset!r}{_hint(self.preset, PRESETS)}; "
+                f"one of {', '.join(PRESETS)}",
+                field="preset",
+                value=self.preset,
+            )
+        for name, value in self.overrides.items():
+            if name not in OVERRIDES:
+                raise ConfigError(
+                    f"unknown override {name!r}{_hint(name, OVERRIDES)}; one of "
+                    f"{', '.join(OVERRIDES)}",
+                    field=f"overrides.{name}",
+                    value=name,
+                )
+            if not math.isfinite(value):
+                raise ConfigError("must be finite", field=f"overrides.{name}", value=value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerSettings:
+    """The trainer's AdamW (mapped onto rlx_trainer's OptimizerConfig)."""
+
+    lr: float = 1e-6  # peak learning rate, > 0
+    schedule: Literal["cosine", "constant"] = "constant"  # after warmup
+    warmup_steps: int = 0  # optimizer updates of linear warmup, >= 0
+    weight_decay: float = 0.0  # decoupled weight decay, >= 0
+    clip_norm: float = 1.0  # global gradient-norm clip, >= 0; 0 = off
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ConfigError("must be > 0", field="lr", value=self.lr)
+        _at_least(self, 0, "warmup_steps", "weight_decay", "clip_norm")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StalenessConfig:
+    """DESIGN §3: the reload interval j, the acceptance bound k and the generation lead."""
+
+    reload: int = 1  # j: inference moves to a new weight version every j versions, >= 1
+    # k: the trainer at version t consumes a rollout of version v only if t - v <= k; an integer
+    # >= 0, or inf (unbounded)
+    accept: float = 1
+    # how many batches generation runs ahead of training, >= 0; unset = 1 when lag + j - 1 <= k
+    # allows it (generation of batch b+1 overlaps training of batch b), else 0
+    lag: int | None = None
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "reload")
+        k = self.accept
+        if not (k == math.inf or (k >= 0 and float(k).is_integer())):
+            raise ConfigError("must be an integer >= 0, or inf", field="accept", value=k)
+        if self.lag is not None:
+            _at_least(self, 0, "lag")
+        worst = self.effective_lag + self.reload - 1
+        if worst > k:
+            j, lag = self.reload, self.effective_lag
+            b = lag + j - 1  # the first batch that reaches the worst staleness
+            hint = (
+                f"lower lag to <= {int(k) - j + 1}"
+                if k - j + 1 >= 0
+                else f"lower reload to <= {int(k) + 1}"
+            )
+            raise ConfigError(
+                f"impossible staleness: with reload j={j} and lag={lag}, batch {b} is generated "
+                f"with version {b - worst} while the trainer is at version {b}, so b - v(b) = "
+                f"{worst} > accept k={int(k)}; {hint}, or raise accept to >= {worst}",
+                field="lag" if self.lag is not None else "accept",
+                value=self.lag if self.lag is not None else k,
+            )
+
+    @property
+    def effective_lag(self) -> int:
+        """`lag`, or its default: 1 if the bound allows it, else 0."""
+        if self.lag is not None:
+            return self.lag
+        return 1 if self.reload <= self.accept else 0
+
+    @property
+    def max_staleness(self) -> int:
+        """The largest b - v(b) of the schedule: lag + j - 1."""
+        return self.effective_lag + self.reload - 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchConfig:
+    """Batch shape and lengths."""
+
+    prompts: int = 32  # B: prompts per training batch, >= 1
+    group_size: int = 8  # G: samples per prompt, >= 1 (group baselines need >= 2)
+    prompts_per_unit: int = 0  # prompts per work unit, divides B; 0 = B (one unit per batch)
+    max_prompt_tokens: int = 512  # longer prompts are rejected when the dataset is loaded, >= 1
+    max_new_tokens: int = 512  # generation stops here, >= 1
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "prompts", "group_size", "max_prompt_tokens", "max_new_tokens")
+        _at_least(self, 0, "prompts_per_unit")
+        if self.prompts_per_unit and self.prompts % self.prompts_per_unit:
+            raise ConfigError(
+                f"must divide prompts ({self.prompts})",
+                field="prompts_per_unit",
+                value=self.prompts_per_unit,
+            )
+
+    @property
+    def unit_prompts(self) -> int:
+        return self.prompts_per_unit or self.prompts
+
+    @property
+    def units_per_batch(self) -> int:
+        return self.prompts // self.unit_prompts
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingConfig:
+    """How inference samples (per-sample seeds come from the schedule)."""
+
+    temperature: float = 1.0  # > 0
+    top_p: float = 1.0  # nucleus mass, (0, 1]
+    top_k: int = 0  # keep the k most likely tokens, >= 0; 0 = all
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ConfigError("must be > 0", field="temperature", value=self.temperature)
+        if not 0 < self.top_p <= 1:
+            raise ConfigError("must be within (0, 1]", field="top_p", value=self.top_p)
+        _at_least(self, 0, "top_k")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServicesConfig:
+    """Which services run the job: started locally, or already running at addresses."""
+
+    provider: Literal["local", "external"] = "local"  # local: processes on 127.0.0.1
+    inference_workers: int = 1  # inference processes, >= 1
+    paramserver_replicas: int = 1  # paramserver processes, >= 1, <= inference_workers
+    verifier_workers: int = 1  # verifier processes, >= 1
+    # provider = "external": where the running services listen (host:port)
+    inference_addresses: tuple[str, ...] = ()
+    paramserver_addresses: tuple[str, ...] = ()
+    trainer_address: str = ""
+    verifier_addresses: tuple[str, ...] = ()
+    token_file: str | None = None  # bearer token of external services; unset: RLX_TOKEN...
+    rpc_timeout_s: float = 600.0  # deadline of one call before it is retried, > 0
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "inference_workers", "paramserver_replicas", "verifier_workers")
+        if self.paramserver_replicas > self.inference_workers:
+            raise ConfigError(
+                f"must be <= inference_workers ({self.inference_workers})",
+                field="paramserver_replicas",
+                value=self.paramserver_replicas,
+            )
+        if not self.rpc_timeout_s > 0:
+            raise ConfigError("must be > 0", field="rpc_timeout_s", value=self.rpc_timeout_s)
+        lists = {
+            "inference_addresses": self.inference_addresses,
+            "paramserver_addresses": self.paramserver_addresses,
+            "verifier_addresses": self.verifier_addresses,
+        }
+        for name, addresses in lists.items():
+            for i, address in enumerate(addresses):
+                if not re.match(r"^[^\s:]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$", address):
+                    raise ConfigError("must be host:port", field=f"{name}[{i}]", value=address)
+        if self.provider == "external":
+            missing = [n for n, a in lists.items() if not a]
+            if not self.trainer_address:
+                missing.insert(0, "trainer_address")
+            if missing:
+                raise ConfigError(
+                    f'provider = "external" needs the addresses of every service; missing: '
+                    f"{', '.join(missing)}",
+                    field=missing[0],
+                )
+        elif any(lists.values()) or self.trainer_address:
+            raise ConfigError(
+                'addresses are only for provider = "external" (the local provider starts its own)',
+                field="provider",
+                value=self.provider,
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotConfig:
+    """Controller snapshots and trainer checkpoints."""
+
+    every: int = 0  # snapshot every N steps, a multiple of staleness.reload; 0 = every reload
+    keep: int = 5  # snapshots kept (older ones deleted), >= 1
+    checkpoint_every: int = 10  # trainer checkpoint every N steps, >= 1
+    checkpoint_keep: int = 3  # trainer checkpoints kept, >= 1
+
+    def __post_init__(self) -> None:
+        _at_least(self, 0, "every")
+        _at_least(self, 1, "keep", "checkpoint_every", "checkpoint_keep")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DynamicSamplingConfig:
+    """DAPO dynamic sampling: drop groups whose rewards are all equal, refill from new prompts."""
+
+    enabled: bool | None = None  # unset = the preset's choice (on for dapo)
+    max_rounds: int = 3  # refill rounds per batch, >= 1
+    budget: float = 1.0  # refill prompts per batch at most, as a multiple of B, > 0
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "max_rounds")
+        if not self.budget > 0:
+            raise ConfigError("must be > 0", field="budget", value=self.budget)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefilterConfig:
+    """Keep only prompts whose base-model pass rate lies strictly between two bounds."""
+
+    file: str = ""  # JSONL written by `rlx prefilter` ({dataset, row, pass_rate}); "" = off
+    min_pass_rate: float = 0.0  # keep prompts with pass rate > this
+    max_pass_rate: float = 1.0  # keep prompts with pass rate < this
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_pass_rate < self.max_pass_rate <= 1:
+            raise ConfigError(
+                "needs 0 <= min_pass_rate < max_pass_rate <= 1",
+                field="min_pass_rate",
+                value=self.min_pass_rate,
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig:
+    """Held-out evaluation (greedy accuracy), run by the controller between steps."""
+
+    datasets: tuple[DatasetConfig, ...] = ()  # held-out sets; empty = no evaluation
+    every: int = 10  # evaluate every N steps (and at the start and the end), >= 1
+    max_prompts: int = 0  # prompts per dataset, >= 0; 0 = all
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "every")
+        _at_least(self, 0, "max_prompts")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything `rlx up` reads from a run's TOML file."""
+
+    run_dir: str  # where the run keeps its state: a path, file://, s3://bucket/p or gs://bucket/p
+    seed: int = 0  # run seed: every random choice is a function of it, >= 0
+    steps: int = 100  # training batches to run, >= 1
+    model: ModelSpec = field(default_factory=ModelSpec)
+    datasets: tuple[DatasetConfig, ...] = ()  # the prompt mixture, at least one
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
+    staleness: StalenessConfig = field(default_factory=StalenessConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    services: ServicesConfig = field(default_factory=ServicesConfig)
+    snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    prefilter: PrefilterConfig = field(default_factory=PrefilterConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        if not self.run_dir:
+            raise ConfigError("is empty: give a directory or URI", field="run_dir")
+        _at_least(self, 0, "seed")
+        _at_least(self, 1, "steps")
+        if not self.datasets:
+            raise ConfigError(
+                "needs at least one [[datasets]] table (name, path)", field="datasets"
+            )
+        for group, items in (("datasets", self.datasets), ("eval.datasets", self.eval.datasets)):
+            seen: dict[str, int] = {}
+            for i, ds in enumerate(items):
+                if ds.name in seen:
+                    raise ConfigError(
+                        f"name {ds.name!r} is already used by {group}[{seen[ds.name]}]",
+                        field=f"{group}[{i}].name",
+                        value=ds.name,
+                    )
+                seen[ds.name] = i
+        j = self.staleness.reload
+        if self.snapshots.every % j:
+            raise ConfigError(
+                f"must be a multiple of staleness.reload ({j}): snapshots are taken at reload "
+                "boundaries",
+                field="snapshots.every",
+                value=self.snapshots.every,
+            )
+        if self.dynamic_sampling_enabled and self.batch.group_size < 2:
+            raise ConfigError(
+                "dynamic sampling drops groups whose rewards are all equal: needs group_size >= 2",
+                field="batch.group_size",
+                value=self.batch.group_size,
+            )
+
+    @property
+    def dynamic_sampling_enabled(self) -> bool:
+        if self.dynamic_sampling.enabled is not None:
+            return self.dynamic_sampling.enabled
+        return self.algorithm.preset == "dapo"
+
+    @property
+    def snapshot_every(self) -> int:
+        """Steps between snapshots: `snapshots.every`, or every reload boundary."""
+        return self.snapshots.every or self.staleness.reload
+
+
+def loads_run_config(text: str, *, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """RunConfig from TOML text."""
+    return loads_config(RunConfig, text, overrides=overrides)
+
+
+def load_run_config(path: str | os.PathLike[str], *, overrides: tuple[str, ...] = ()) -> RunConfig:
+    """RunConfig from a TOML file, `KEY=VALUE` overrides applied; ConfigError on any problem."""
+    return load_config(RunConfig, path, overrides=overrides)
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """sha256 of the config's canonical TOML (comments off): equal configs, equal hashes."""
+    return hashlib.sha256(to_toml(cfg, comments=False).encode()).hexdigest()
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """(directory URI, object name) of a file's path or URI, for `open_storage(dir).get(name)`:
+    "s3://b/d/x.jsonl" -> ("s3://b/d", "x.jsonl"); "x.jsonl" -> (".", "x.jsonl")."""
+    head, sep, name = uri.rpartition("/")
+    if not name:
+        raise ConfigError(f"{uri!r} names a directory, not a file", value=uri)
+    if not sep:
+        return ".", name
+    return head or "/", name
+
+
+def _check_file(uri: str, field_path: str) -> None:
+    directory, name = split_uri(uri)
+    try:
+        found = open_storage(directory).exists(name)
+    except NotFound:
+        found = False
+    if not found:
+        raise ConfigError(f"no such file: {uri}", field=field_path, value=uri)
+
+
+def check_run_inputs(cfg: RunConfig) -> None:
+    """The files `cfg` names exist: dataset JSONL files, the model directory, the prefilter file.
+    ConfigError naming the field otherwise. Call it before anything is started."""
+    for group, items in (("datasets", cfg.datasets), ("eval.datasets", cfg.eval.datasets)):
+        for i, ds in enumerate(items):
+            _check_file(ds.path, f"{group}[{i}].path")
+    if cfg.model.path:
+        if "://" in cfg.model.path and not cfg.model.path.startswith("file://"):
+            raise ConfigError(
+                "must be a local directory (config.json + safetensors)",
+                field="model.path",
+                value=cfg.model.path,
+            )
+        local = cfg.model.path.removeprefix("file://")
+        if not os.path.isfile(os.path.join(local, "config.json")):
+            raise ConfigError(
+                f"{local} holds no config.json (expected an HF checkpoint directory)",
+                field="model.path",
+                value=cfg.model.path,
+            )
+    if cfg.prefilter.file:
+        _check_file(cfg.prefilter.file, "prefilter.file")

@@ -1,0 +1,125 @@
+"""Datasets (JSONL, templates, pre-filter) and the built-in addition demo task."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlx_controller.datasets import load_dataset, load_prefilter, mixture_sources, read_jsonl
+from rlx_controller.demo import (
+    AdditionTask,
+    addition_answer_correct,
+    addition_splits,
+    write_addition_jsonl,
+)
+from rlx_controller.run_config import loads_run_config
+from rlx_core.errors import ConfigError
+
+
+def _cfg(tmp_path: Path, math: Path, code: Path, extra: str = "") -> str:
+    return (
+        f'run_dir = "{tmp_path}/run"\n'
+        f'[[datasets]]\nname = "m"\npath = "{math}"\ntemplate = "Q: {{prompt}} A:"\n'
+        f'[[datasets]]\nname = "c"\npath = "{code}"\nreward = "code"\nprompt_field = "question"\n'
+        + extra
+    )
+
+
+def test_load_render_and_prefilter(tmp_path: Path, math_jsonl: Path, code_jsonl: Path) -> None:
+    cfg = loads_run_config(_cfg(tmp_path, math_jsonl, code_jsonl))
+    math = load_dataset(cfg.datasets[0], field_path="datasets[0]")
+    code = load_dataset(cfg.datasets[1], field_path="datasets[1]")
+    p = math.prompt(3)
+    assert (p.id, p.text, p.answer, p.reward, p.tests) == ("m/3", "Q: 3+1= A:", "4", "math", ())
+    c = code.prompt(2)
+    assert c.text == "print 2" and c.tests == (f"sha256:{2:064x}",) and c.answer is None
+    # pre-filter: m keeps rows with 0 < rate < 1; c is not in the file and stays whole
+    pf = tmp_path / "pass.jsonl"
+    rates = {0: 0.0, 1: 0.5, 2: 1.0, 3: 0.125}
+    pf.write_text(
+        "".join(
+            json.dumps({"dataset": "m", "row": r, "pass_rate": v}) + "\n" for r, v in rates.items()
+        )
+    )
+    table = load_prefilter(str(pf))
+    sources = mixture_sources(cfg, [math, code], table)
+    assert list(sources[0].rows) == [1, 3] and list(sources[1].rows) == [0, 1, 2, 3]
+    assert sources[0].weight == 1.0
+
+
+def test_dataset_errors_name_field_file_and_line(
+    tmp_path: Path, math_jsonl: Path, code_jsonl: Path
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n')
+    cfg = loads_run_config(_cfg(tmp_path, bad, code_jsonl))
+    with pytest.raises(ConfigError) as info:
+        load_dataset(cfg.datasets[0], field_path="datasets[0]")
+    assert info.value.field == "datasets[0]" and "record 2" in str(info.value)
+    assert "'answer'" in str(info.value)
+    bad.write_text('{"prompt": "1+1=", "answer": "2"}\nnot json\n')
+    with pytest.raises(ConfigError, match=r"bad.jsonl:2") as info:
+        load_dataset(cfg.datasets[0], field_path="datasets[0]")
+    assert info.value.field == "datasets[0].path"
+    cfg = loads_run_config(_cfg(tmp_path, math_jsonl, code_jsonl))
+    pf = tmp_path / "pass.jsonl"
+    pf.write_text(json.dumps({"dataset": "zz", "row": 0, "pass_rate": 0.5}) + "\n")
+    with pytest.raises(ConfigError, match="zz") as info:
+        mixture_sources(cfg, [load_dataset(d) for d in cfg.datasets], load_prefilter(str(pf)))
+    assert info.value.field == "prefilter.file"
+    pf.write_text(json.dumps({"dataset": "m", "row": 0, "pass_rate": 1.0}) + "\n")
+    with pytest.raises(ConfigError, match="keeps none") as info:
+        mixture_sources(cfg, [load_dataset(d) for d in cfg.datasets], load_prefilter(str(pf)))
+    assert info.value.field == "datasets[0]"
+
+
+def test_jsonl_from_object_storage(run_root: str) -> None:
+    from rlx_core.storage import open_storage
+
+    open_storage(run_root).put("data/x.jsonl", b'{"prompt": "a", "answer": "b"}\n\n')
+    assert read_jsonl(run_root.rstrip("/") + "/data/x.jsonl") == [{"prompt": "a", "answer": "b"}]
+
+
+def test_addition_splits_are_disjoint_and_fixed(tmp_path: Path) -> None:
+    task = AdditionTask(digits=2, heldout=500, seed=0)
+    train, heldout = addition_splits(task)
+    assert len(train) == 9500 and len(heldout) == 500
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in heldout}
+    assert addition_splits(task) == (train, heldout)
+    assert addition_splits(AdditionTask(digits=2, heldout=500, seed=1))[1] != heldout
+    for r in heldout[:50]:
+        a, b = r["prompt"].rstrip("=").split("+")
+        assert len(a) == len(b) == 2 and int(r["answer"]) == int(a) + int(b)
+    assert task.target("7") == "007" and task.max_answer_chars == 3
+    unpadded = AdditionTask(digits=2, heldout=10, padded=False)
+    assert unpadded.record(3, 45) == {"prompt": "3+45=", "answer": "48"}
+    paths = write_addition_jsonl(tmp_path / "demo", task)
+    assert [json.loads(line) for line in paths[1].read_text().splitlines()] == heldout
+
+
+@pytest.mark.parametrize(
+    ("response", "answer", "ok"),
+    [
+        ("57", "57", True),
+        ("057", "57", True),
+        (" 57 ", "57", True),
+        ("5 7", "57", False),
+        ("the sum is 57", "57", True),
+        ("56", "57", False),
+        ("", "57", False),
+        ("1,057", "1057", True),
+        ("57.0", "57", True),
+        ("abc", "0", False),
+    ],
+)
+def test_math_answer_rule(response: str, answer: str, ok: bool) -> None:
+    assert addition_answer_correct(response, answer) is ok
+
+
+def test_task_validation() -> None:
+    with pytest.raises(ValueError, match="heldout"):
+        AdditionTask(digits=1, heldout=100)
+    with pytest.raises(ValueError, match="digits"):
+        AdditionTask(digits=0)

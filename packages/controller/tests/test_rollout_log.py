@@ -1,0 +1,80 @@
+"""The rollout log on every backend: append before count, idempotent by unit id, torn records
+read as missing and are rewritten."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlx_controller.rollout_log import RolloutLog, decode_record, encode_record
+from rlx_core.errors import AlreadyExists, InvalidArgument
+from rlx_core.storage import open_storage
+
+PAYLOAD = {
+    "unit": "b00000001.r0.u0000",
+    "samples": [
+        {"tokens": [1, 2, 3], "logp": [-0.5, -1.25], "reward": 1.0},
+        {"tokens": [4], "logp": [-0.1], "reward": None},
+    ],
+}
+
+
+def test_append_get_scan(run_root: str) -> None:
+    log = RolloutLog(open_storage(run_root))
+    assert log.get("b00000001.r0.u0000") is None
+    assert log.position() == {"records": 0, "last_unit": ""}
+    stored = log.append("b00000001.r0.u0000", PAYLOAD)
+    assert stored == PAYLOAD
+    log.append("b00000000.r0.u0000", {"x": 1})
+    again = RolloutLog(open_storage(run_root))  # as after a restart
+    assert again.get("b00000001.r0.u0000") == PAYLOAD
+    assert again.contains("b00000000.r0.u0000")
+    scan = again.scan()
+    assert scan.valid == ("b00000000.r0.u0000", "b00000001.r0.u0000") and scan.torn == ()
+    assert scan.last == "b00000001.r0.u0000" and scan.count == 2
+    assert again.position() == {"records": 2, "last_unit": "b00000001.r0.u0000"}
+
+
+def test_append_is_idempotent_by_unit_id(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = RolloutLog(open_storage(tmp_path))
+    log.append("u1", PAYLOAD)
+    # a second append of the same unit keeps what was logged first: a resumed run reuses it
+    assert log.append("u1", {"other": True}) == PAYLOAD
+    assert log.get("u1") == PAYLOAD
+    assert log.append_strict("u1", PAYLOAD) == PAYLOAD
+    with pytest.raises(AlreadyExists, match="different payload"):
+        log.append_strict("u1", {"other": True})
+
+
+def test_torn_record_reads_as_missing_and_is_rewritten(run_root: str) -> None:
+    storage = open_storage(run_root)
+    log = RolloutLog(storage)
+    log.append("u1", PAYLOAD)
+    log.append("u2", {"y": 2})
+    whole = storage.get("rollouts/u2.rec")
+    storage.put("rollouts/u2.rec", whole[: len(whole) // 2])  # a torn last record
+    fresh = RolloutLog(storage)
+    assert fresh.get("u2") is None
+    assert fresh.scan().torn == ("u2",) and fresh.scan().valid == ("u1",)
+    assert "u2" in fresh.torn
+    assert fresh.append("u2", {"y": 2}) == {"y": 2}  # regenerated and logged again
+    assert RolloutLog(storage).get("u2") == {"y": 2}
+    assert fresh.scan().torn == ()
+
+
+def test_record_format_detects_damage() -> None:
+    data = encode_record(PAYLOAD)
+    assert decode_record(data) == PAYLOAD
+    assert decode_record(data[:-1]) is None
+    assert decode_record(data + b" ") is None
+    flipped = bytearray(data)
+    flipped[-3] ^= 1
+    assert decode_record(bytes(flipped)) is None
+    assert decode_record(b"") is None and decode_record(b"RLXROLL1 x 3\nabc") is None
+    with pytest.raises(InvalidArgument, match="JSON"):
+        encode_record({"x": float("nan")})
+
+
+def test_bad_unit_ids(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = RolloutLog(open_storage(tmp_path))
+    with pytest.raises(InvalidArgument):
+        log.append("../x", {})
