@@ -112,6 +112,29 @@ def score(
         _fail(str(e))
 
 
+def _engine_for(cfg: Any, params: Any, positions: int, samples: int) -> Any:
+    """An engine sized for one prompt: `samples` slots, a context of `positions` rounded up to a
+    whole number of blocks, and just the cache memory that needs (the persistent compilation
+    cache makes a second run start fast)."""
+    from rlx_inference import Engine, EngineConfig
+
+    block = 16
+    context = -(-positions // block) * block
+    itemsize = 2 if cfg.compute_dtype == "bfloat16" else 4
+    block_bytes = 2 * cfg.num_layers * block * cfg.num_kv_heads * cfg.head_dim * itemsize
+    blocks = (context // block) * samples + 2
+    cache_mib = max(1, -(-(blocks * block_bytes) // (1 << 20)))
+    config = EngineConfig(
+        slots=min(samples, 32),
+        block_size=block,
+        cache_mib=cache_mib,
+        max_context=context,
+        span_bucket=context,
+        steps_per_call=4,
+    )
+    return Engine(cfg, params, config)
+
+
 @model_app.command()
 def generate(
     checkpoint: Path = typer.Argument(..., help="HF checkpoint directory."),
@@ -122,17 +145,24 @@ def generate(
     temperature: float = typer.Option(1.0, help="Sampling temperature, > 0."),
     top_p: float = typer.Option(1.0, help="Nucleus sampling mass, (0, 1]."),
     top_k: int = typer.Option(0, help="Keep the k most likely tokens; 0 keeps all."),
-    seed: int = typer.Option(0, help="Sampling seed."),
+    seed: int = typer.Option(0, help="Sampling seed (sample i draws with seed * 2^20 + i)."),
+    samples: int = typer.Option(1, min=1, help="How many samples of the prompt."),
     stop_at_eos: bool = typer.Option(True, help="Stop at the checkpoint's EOS token."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
-    json_output: bool = typer.Option(False, "--json", help='Print {"ids": [...], "text": ...}.'),
+    json_output: bool = typer.Option(
+        False,
+        "--json",
+        help='Print {"ids": [...], "text": ..., "logprobs": [...], "finish": ...} per sample.',
+    ),
 ) -> None:
-    """Generate a continuation of a prompt."""
+    """Generate continuations of a prompt, through the inference engine (paged KV cache,
+    continuous batching), one line per sample."""
     if (prompt_ids is None) == (prompt is None):
         _fail("give exactly one of --prompt-ids and --prompt")
+    if dtype not in ("float32", "bfloat16"):
+        _fail(f"--dtype must be float32 or bfloat16, got {dtype!r}")
     try:
-        from rlx_model import SamplingParams
-        from rlx_model import generate as run
+        from rlx_core.clients.inference import Sampling, WorkUnit, seeds_for
 
         cfg, params, tokenizer = _load(checkpoint, dtype)
         if prompt_ids is not None:
@@ -146,15 +176,35 @@ def generate(
                     f"{checkpoint} has no tokenizer.json; use --prompt-ids instead of --prompt"
                 )
             ids = tokenizer.encode(prompt)
-        sampling = SamplingParams(
-            greedy=greedy, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
-        )
+        if not ids:
+            raise InvalidArgument("the prompt is empty")
+        sampling = Sampling(greedy=greedy, temperature=temperature, top_p=top_p, top_k=top_k)
         stops = (tokenizer.eos_token_ids if tokenizer else cfg.eos_token_ids) if stop_at_eos else ()
-        out, _ = run(params, cfg, ids, max_new_tokens, sampling, stop_ids=stops)
+        unit = WorkUnit(
+            unit_id="cli",
+            version=0,
+            prompts=(tuple(ids),),
+            samples_per_prompt=samples,
+            sampling=sampling,
+            seeds=seeds_for(seed, samples),
+            max_new_tokens=max_new_tokens,
+            stop_token_ids=tuple(stops),
+        )
+        unit.check(vocab_size=cfg.vocab_size, max_context=len(ids) + max_new_tokens)
+        engine = _engine_for(cfg, params, len(ids) + max_new_tokens, samples)
+        result = engine.generate(unit)
     except RlxError as e:
         _fail(str(e))
-    text = tokenizer.decode(out) if tokenizer is not None else None
-    if json_output:
-        typer.echo(json.dumps({"ids": out, "text": text}))
-    else:
-        typer.echo(text if text is not None else ",".join(map(str, out)))
+    for r in result.rollouts:
+        out = list(r.token_ids)
+        text = tokenizer.decode(out) if tokenizer is not None else None
+        if json_output:
+            record = {
+                "ids": out,
+                "text": text,
+                "logprobs": list(r.sampler_logprobs),
+                "finish": r.finish_reason,
+            }
+            typer.echo(json.dumps(record))
+        else:
+            typer.echo(text if text is not None else ",".join(map(str, out)))
