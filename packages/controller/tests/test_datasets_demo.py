@@ -9,12 +9,14 @@ import pytest
 
 from rlx_controller.datasets import load_dataset, load_prefilter, mixture_sources, read_jsonl
 from rlx_controller.demo import (
+    DEMO_TASK,
     AdditionTask,
     addition_answer_correct,
     addition_splits,
+    demo_config,
     write_addition_jsonl,
 )
-from rlx_controller.run_config import loads_run_config
+from rlx_controller.run_config import check_run_inputs, loads_run_config
 from rlx_core.errors import ConfigError
 
 
@@ -116,6 +118,19 @@ def test_addition_splits_are_disjoint_and_fixed(tmp_path: Path) -> None:
 )
 def test_math_answer_rule(response: str, answer: str, ok: bool) -> None:
     assert addition_answer_correct(response, answer) is ok
+
+
+def test_demo_config_loads_its_data(tmp_path: Path) -> None:
+    write_addition_jsonl(tmp_path / "data", DEMO_TASK)
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "config.json").write_text("{}")
+    cfg = demo_config(str(tmp_path / "run"), tmp_path / "data", tmp_path / "base")
+    check_run_inputs(cfg)
+    assert (cfg.batch.prompts, cfg.batch.group_size) == (32, 8)
+    assert cfg.batch.max_new_tokens == 4 and cfg.staleness.max_staleness == 1
+    heldout = load_dataset(cfg.eval.datasets[0])
+    assert len(heldout) == DEMO_TASK.heldout
+    assert heldout.prompt(0).text == addition_splits(DEMO_TASK)[1][0]["prompt"]
 
 
 def test_task_validation() -> None:

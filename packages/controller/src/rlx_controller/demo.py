@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlx_controller.rng import KeyedPermutation
+from rlx_controller.run_config import RunConfig, loads_run_config
 
 __all__ = [
+    "DEMO_TASK",
     "AdditionTask",
     "addition_answer_correct",
     "addition_splits",
+    "demo_config",
     "write_addition_jsonl",
 ]
 
@@ -109,3 +112,66 @@ def addition_answer_correct(response: str, answer: str) -> bool:
         return int(text) == int(answer) if "." not in text else float(text) == int(answer)
     except ValueError:
         return False
+
+
+# The demo's settings, measured with tools/bench/e2e/floor.py (see packages/controller/README.md).
+DEMO_TASK = AdditionTask(digits=2, heldout=500, seed=0, padded=True)
+DEMO_STEPS = 800  # training batches; the floor passes 90% held-out well before
+DEMO_LR = 3e-4
+
+
+def demo_config(run_dir: str, data_dir: str | Path, base_model: str | Path) -> RunConfig:
+    """The built-in demo's run config (`rlx up` without a config): the addition task's JSONL
+    files in `data_dir` (written by `write_addition_jsonl(data_dir, DEMO_TASK)`), the SFT base
+    model directory `base_model` (tools/demo/base_model), GRPO without KL, B 32, G 8,
+    (j, k) = (1, 1)."""
+    data_dir = Path(data_dir)
+    text = f"""
+run_dir = {json.dumps(run_dir)}
+seed = 0
+steps = {DEMO_STEPS}
+
+[model]
+source = "tiny"
+tiny = "tiny"
+path = {json.dumps(str(base_model))}
+
+[[datasets]]
+name = "addition"
+path = {json.dumps(str(data_dir / "train.jsonl"))}
+math_extractor = "last_number"
+
+[algorithm]
+preset = "grpo"
+overrides = {{ beta = 0.0 }}
+
+[optimizer]
+lr = {DEMO_LR}
+schedule = "constant"
+clip_norm = 1.0
+
+[staleness]
+reload = 1
+accept = 1
+
+[batch]
+prompts = 32
+group_size = 8
+max_prompt_tokens = {1 + 2 * DEMO_TASK.digits + 2}
+max_new_tokens = {DEMO_TASK.max_answer_chars + 1}
+
+[sampling]
+temperature = 1.0
+
+[snapshots]
+checkpoint_every = 50
+
+[eval]
+every = 50
+
+[[eval.datasets]]
+name = "addition-heldout"
+path = {json.dumps(str(data_dir / "heldout.jsonl"))}
+math_extractor = "last_number"
+"""
+    return loads_run_config(text)
