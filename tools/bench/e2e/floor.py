@@ -1,0 +1,260 @@
+"""The floor of the e2e benchmark: a minimal single-process GRPO loop on the demo task.
+
+Same model (the demo's SFT base model), task (2-digit addition, byte-level), batch B and group
+size G as `rlx up`'s built-in demo, but no services, no RPC, no snapshots, no rollout log: sample
+B×G responses, score them with the math answer rule, one GRPO update (rlx_trainer.objective's
+`preset("grpo")`), repeat. rlx's seconds per step divided by this loop's is the price of the
+architecture (tools/bench/e2e).
+
+    uv run python tools/bench/e2e/floor.py                       # the demo's settings
+    uv run python tools/bench/e2e/floor.py --steps 300 --eval-every 25 --json
+
+Prints seconds per step (training only, evaluation excluded), held-out greedy accuracy over
+steps, and the wall time at which held-out accuracy first reached the target (default 0.90).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "tools" / "demo"))
+
+from addition_lm import (  # noqa: E402  (tools/ is not a package)
+    accuracy,
+    decode_responses,
+    encode_prompts,
+    prompt_len,
+    response_len,
+    response_logprobs,
+    rewards_for,
+    sample,
+)
+
+from rlx_controller.demo import AdditionTask, addition_splits  # noqa: E402
+from rlx_model import load_checkpoint  # noqa: E402
+from rlx_trainer.objective import ObjectiveBatch, preset  # noqa: E402
+
+BASE_MODEL = ROOT / "tools" / "demo" / "base_model"
+# The demo's RL settings (rlx_controller's built-in demo config uses the same).
+B, G = 32, 8
+LR = 3e-4
+TEMPERATURE = 1.0
+PRESET = "grpo"
+BETA = 0.0
+MINIBATCHES = 1  # optimizer updates per batch (each on B / MINIBATCHES prompts)
+EPOCHS = 1  # passes over the batch
+WARMUP = 0  # steps of linear learning-rate warmup
+CLIP_NORM = 1.0  # global gradient-norm clip (the trainer's default)
+
+
+def run(  # noqa: PLR0915  (one loop, read top to bottom)
+    *,
+    base: Path,
+    steps: int,
+    batch: int,
+    group: int,
+    lr: float,
+    temperature: float,
+    preset_name: str,
+    beta: float,
+    seed: int,
+    minibatches: int,
+    epochs: int,
+    warmup: int,
+    clip_norm: float,
+    eval_every: int,
+    target: float,
+    stop_at_target: bool,
+    log: Any = print,
+) -> dict[str, Any]:
+    info = json.loads((base / "rlx_demo.json").read_text())
+    task = AdditionTask(**info["task"])
+    cfg, params = load_checkpoint(base)
+    train, heldout = addition_splits(task)
+    P, R = prompt_len(task), response_len(task)
+    objective = preset(preset_name, beta=beta)
+    sched = optax.linear_schedule(0.0, lr, warmup) if warmup else lr
+    opt = optax.chain(optax.clip_by_global_norm(clip_norm), optax.adam(sched))
+    opt_state = opt.init(params)
+    mb = batch // minibatches
+    ref_params = params
+
+    @jax.jit
+    def update(
+        params: Any,
+        opt_state: Any,
+        ids: Any,
+        valid: Any,
+        resp: Any,
+        mask: Any,
+        old_logp: Any,
+        rewards: Any,
+    ) -> Any:
+        def loss_fn(p: Any) -> Any:
+            logp = response_logprobs(p, cfg, ids, valid, resp, mask).reshape(mb, group, R)
+            ref = None
+            if beta > 0:
+                ref = response_logprobs(ref_params, cfg, ids, valid, resp, mask)
+                ref = jax.lax.stop_gradient(ref).reshape(mb, group, R)
+            ob = ObjectiveBatch(
+                # the sampler's log-probs are π_old's: same weights, same program (max |Δ| 0)
+                old_logp=old_logp.reshape(mb, group, R),
+                sampler_logp=old_logp.reshape(mb, group, R),
+                ref_logp=ref,
+                mask=mask.reshape(mb, group, R),
+                rewards=rewards.reshape(mb, group),
+                max_len=R,
+            )
+            loss, _ = objective(logp, ob)
+            return loss
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    rng = np.random.default_rng(seed)
+    key = jax.random.PRNGKey(seed)
+    base_acc = float(accuracy(params, cfg, task, heldout))
+    log(f"floor: base held-out accuracy {base_acc:.3f} ({len(heldout)} prompts)")
+    curve = [(0, 0.0, base_acc)]
+    train_time = 0.0
+    eval_time = 0.0
+    reached: dict[str, float] | None = None
+    reward_sum = 0.0
+    step_times: list[float] = []
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        rows = rng.integers(0, len(train), batch)
+        prompts = [train[r]["prompt"] for r in rows for _ in range(group)]
+        answers = [train[r]["answer"] for r in rows for _ in range(group)]
+        ids, valid = encode_prompts(prompts, P)
+        key, sub = jax.random.split(key)
+        resp, sampler_logp, mask = sample(
+            params, cfg, jnp.asarray(ids), jnp.asarray(valid), sub, R=R, temperature=temperature
+        )
+        texts = decode_responses(np.asarray(resp), np.asarray(mask))
+        rewards = rewards_for(texts, answers)
+        rewards_j = jnp.asarray(rewards)
+        for _ in range(epochs):
+            for m in range(minibatches):
+                rows_m = slice(m * mb * group, (m + 1) * mb * group)
+                params, opt_state, _ = update(
+                    params,
+                    opt_state,
+                    ids[rows_m],
+                    valid[rows_m],
+                    resp[rows_m],
+                    mask[rows_m],
+                    sampler_logp[rows_m],
+                    rewards_j[rows_m],
+                )
+        jax.block_until_ready(params)
+        dt = time.perf_counter() - t0
+        step_times.append(dt)
+        train_time += dt
+        reward_sum += float(rewards.mean())
+        if step % eval_every == 0 or step == steps:
+            t1 = time.perf_counter()
+            acc = float(accuracy(params, cfg, task, heldout))
+            eval_time += time.perf_counter() - t1
+            curve.append((step, round(train_time, 2), acc))
+            log(
+                f"step {step}: mean reward {reward_sum / eval_every:.3f}, held-out {acc:.3f}, "
+                f"train {train_time:.1f} s, eval {eval_time:.1f} s"
+            )
+            reward_sum = 0.0
+            if reached is None and acc >= target:
+                reached = {"step": step, "train_s": train_time, "wall_s": train_time + eval_time}
+                if stop_at_target:
+                    break
+    # the first steps include compilation: the steady-state figure skips them
+    steady = step_times[5:] or step_times
+    return {
+        "base_accuracy": base_acc,
+        "final_accuracy": curve[-1][2],
+        "steps": len(step_times),
+        "s_per_step": float(np.median(steady)),
+        "s_per_step_mean": float(np.mean(steady)),
+        "reached_target": reached,
+        "target": target,
+        "curve": curve,
+        "settings": {
+            "B": batch,
+            "G": group,
+            "lr": lr,
+            "temperature": temperature,
+            "preset": preset_name,
+            "beta": beta,
+            "seed": seed,
+            "task": info["task"],
+            "model": info["model"],
+        },
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--base", type=Path, default=BASE_MODEL, help="the SFT base model directory")
+    ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--batch", type=int, default=B)
+    ap.add_argument("--group", type=int, default=G)
+    ap.add_argument("--lr", type=float, default=LR)
+    ap.add_argument("--temperature", type=float, default=TEMPERATURE)
+    ap.add_argument("--preset", default=PRESET)
+    ap.add_argument("--beta", type=float, default=BETA)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--minibatches", type=int, default=MINIBATCHES)
+    ap.add_argument("--epochs", type=int, default=EPOCHS)
+    ap.add_argument("--warmup", type=int, default=WARMUP)
+    ap.add_argument("--clip-norm", type=float, default=CLIP_NORM)
+    ap.add_argument("--eval-every", type=int, default=25)
+    ap.add_argument("--target", type=float, default=0.90)
+    ap.add_argument("--stop-at-target", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print one JSON summary line at the end")
+    args = ap.parse_args()
+    result = run(
+        base=args.base,
+        steps=args.steps,
+        batch=args.batch,
+        group=args.group,
+        lr=args.lr,
+        temperature=args.temperature,
+        preset_name=args.preset,
+        beta=args.beta,
+        seed=args.seed,
+        minibatches=args.minibatches,
+        epochs=args.epochs,
+        warmup=args.warmup,
+        clip_norm=args.clip_norm,
+        eval_every=args.eval_every,
+        target=args.target,
+        stop_at_target=args.stop_at_target,
+    )
+    reached = result["reached_target"]
+    print(
+        f"floor: {result['s_per_step']:.4f} s/step (median), held-out "
+        f"{result['base_accuracy']:.3f} -> {result['final_accuracy']:.3f} in {result['steps']} "
+        "steps; "
+        + (
+            f"reached {args.target:.2f} at step {reached['step']} after {reached['wall_s']:.1f} s"
+            if reached
+            else f"did not reach {args.target:.2f}"
+        )
+    )
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
