@@ -90,10 +90,12 @@ class InferenceService:
     def generate(self, unit: WorkUnit) -> GenerateResult:
         if not self.lifecycle.accepting_work():
             raise Unavailable(f"inference is {self.lifecycle.state.name}: not taking work units")
-        self._waiting += 1
+        with self._pending_lock:
+            self._waiting += 1
         try:
             with self._unit_lock:
-                self._waiting -= 1
+                with self._pending_lock:
+                    self._waiting -= 1
                 if self.engine.version is None:
                     raise FailedPrecondition(
                         f"work unit {unit.unit_id!r} needs version {unit.version}, but no "
