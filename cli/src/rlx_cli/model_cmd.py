@@ -116,7 +116,8 @@ def _engine_for(cfg: Any, params: Any, positions: int, samples: int) -> Any:
     """An engine sized for one prompt: `samples` slots, a context of `positions` rounded up to a
     whole number of blocks, and just the cache memory that needs (the persistent compilation
     cache makes a second run start fast)."""
-    from rlx_inference import Engine, EngineConfig
+    from rlx_inference import Engine
+    from rlx_inference.config import EngineConfig
 
     block = 16
     context = -(-positions // block) * block
