@@ -117,7 +117,8 @@ def addition_answer_correct(response: str, answer: str) -> bool:
 # The demo's settings, measured with tools/bench/e2e/floor.py (see packages/controller/README.md).
 DEMO_TASK = AdditionTask(digits=2, heldout=500, seed=0, padded=True)
 DEMO_STEPS = 800  # training batches; the floor passes 90% held-out well before
-DEMO_LR = 3e-4
+DEMO_LR = 5e-4
+DEMO_WARMUP = 25  # optimizer steps of linear warmup
 
 
 def demo_config(run_dir: str, data_dir: str | Path, base_model: str | Path) -> RunConfig:
@@ -148,6 +149,7 @@ overrides = {{ beta = 0.0 }}
 [optimizer]
 lr = {DEMO_LR}
 schedule = "constant"
+warmup_steps = {DEMO_WARMUP}
 clip_norm = 1.0
 
 [staleness]
