@@ -8,14 +8,18 @@
 """
 
 from rlx_verifier._version import __version__
-from rlx_verifier.config import VerifierConfig
+from rlx_verifier.config import JudgeConfig, VerifierConfig
 from rlx_verifier.judge import STATUSES, TestCase, TestResult, Verdict, Verifier
 from rlx_verifier.math_answers import extract_answer
+from rlx_verifier.repository import Repositories
+from rlx_verifier.runner import judge_sample
 from rlx_verifier.server import serve
 from rlx_verifier.service import VerifierService
 
 __all__ = [
     "STATUSES",
+    "JudgeConfig",
+    "Repositories",
     "TestCase",
     "TestResult",
     "Verdict",
@@ -24,5 +28,6 @@ __all__ = [
     "VerifierService",
     "__version__",
     "extract_answer",
+    "judge_sample",
     "serve",
 ]

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from rlx_core.errors import ConfigError
 from rlx_core.serving import ServerConfig
 
-__all__ = ["JudgeConfig", "VerifierConfig"]
+__all__ = ["BACKENDS", "JudgeConfig", "LambdaConfig", "RepositoryConfig", "VerifierConfig"]
+
+BACKENDS = ("local", "lambda")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,8 +42,57 @@ class JudgeConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RepositoryConfig:
+    """Test repositories (the Oubliette flow): where blobs are cached and outputs kept."""
+
+    cache_dir: str = ""  # local cache of fetched test blobs; "" = a private temporary directory
+    cache_mb: int = 2048  # cached blobs kept at most, MiB, >= 1 (oldest used evicted first)
+    transient_ttl_s: float = 3600.0  # phase-1 outputs live this long, s > 0, then are deleted
+    clean_interval_s: float = 300.0  # sweep expired outputs at most this often, s >= 0
+
+    def __post_init__(self) -> None:
+        if self.cache_mb < 1:
+            raise ConfigError("must be >= 1", field="cache_mb", value=self.cache_mb)
+        if self.transient_ttl_s <= 0:
+            raise ConfigError("must be > 0", field="transient_ttl_s", value=self.transient_ttl_s)
+        if self.clean_interval_s < 0:
+            raise ConfigError("must be >= 0", field="clean_interval_s", value=self.clean_interval_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LambdaConfig:
+    """The AWS Lambda backend: samples go to a function running `rlx_verifier.lambda_handler`."""
+
+    function_name: str = ""  # the function's name or ARN (required with backend = "lambda")
+    region: str = ""  # AWS region; "" = boto3's default
+    batch_size: int = 8  # samples per invocation, >= 1
+    concurrency: int = 16  # invocations in flight, >= 1
+    timeout_s: float = 900.0  # read timeout of one invocation, s > 0 (Lambda's maximum is 900)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ConfigError("must be >= 1", field=name, value=getattr(self, name))
+        if self.timeout_s <= 0:
+            raise ConfigError("must be > 0", field="timeout_s", value=self.timeout_s)
+
+
+@dataclass(frozen=True, kw_only=True)
 class VerifierConfig:
     """Everything `rlx-verifier` reads from its TOML file and flags."""
 
     server: ServerConfig = field(default_factory=ServerConfig)  # where and how it listens
     judge: JudgeConfig = field(default_factory=JudgeConfig)  # sandbox, pool, retries, math
+    backend: str = "local"  # "local" (sandbox pool here) or "lambda" (AWS Lambda)
+    repository: RepositoryConfig = field(default_factory=RepositoryConfig)  # test data links
+    aws_lambda: LambdaConfig = field(default_factory=LambdaConfig)  # with backend = "lambda"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                "unknown backend", field="backend", value=self.backend, allowed=", ".join(BACKENDS)
+            )
+        if self.backend == "lambda" and not self.aws_lambda.function_name:
+            raise ConfigError(
+                'backend = "lambda" needs a function name', field="aws_lambda.function_name"
+            )

@@ -21,11 +21,17 @@ from dataclasses import dataclass, field
 from threading import Lock
 from typing import TYPE_CHECKING, TypeVar
 
-from rlx_core.errors import InvalidArgument
+from rlx_core.errors import InvalidArgument, Unavailable
 from rlx_verifier.checkers import CheckResult, compare, run_checker
 from rlx_verifier.config import JudgeConfig
-from rlx_verifier.languages import Language, compose_assert_program, detect_languages, resolve
-from rlx_verifier.sandbox import Limits, RunResult, Sandbox, SandboxError
+from rlx_verifier.languages import (
+    GO_SEED,
+    Language,
+    compose_assert_program,
+    detect_languages,
+    resolve,
+)
+from rlx_verifier.sandbox import Limits, RunResult, Sandbox
 
 if TYPE_CHECKING:
     from rlx_verifier.math_answers import MathPool
@@ -37,7 +43,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 STATUSES = ("AC", "WA", "PE", "TLE", "MLE", "RE", "CE", "INFRA")
-# stderr of a failed assertion: Python, C/C++ (glibc), Rust
+# stderr of a failed assertion: Python, C/C++ (glibc), Rust (Go's testing prints "--- FAIL:"
+# on stdout)
 ASSERT_MARKERS = (b"AssertionError", b"Assertion `", b"assertion `left == right` failed")
 
 
@@ -94,6 +101,8 @@ class Verifier:
         self._cache: OrderedDict[str, Verdict] = OrderedDict()
         self._cache_lock = Lock()
         self._math: MathPool | None = None
+        self._seed: str | None = None  # Go build-cache seed ("" = could not be made)
+        self._seed_lock = Lock()
         log.info(
             "verifier: sandbox %s, %d workers, languages: %s",
             self.sandbox.mode,
@@ -208,22 +217,40 @@ class Verifier:
         for attempt in range(1, attempts + 1):
             try:
                 verdict = compute()
-            except SandboxError as e:
+            except Unavailable as e:  # the sandbox, a checker, or test storage failed
                 log.warning("verifier: INFRA (attempt %d/%d): %s", attempt, attempts, e)
                 verdict = Verdict(status="INFRA", score=None, message=str(e))
             if verdict.status != "INFRA":
                 break
         return Verdict(**{**verdict.__dict__, "attempts": attempt})
 
-    def _build(self, lang: Language, source: str) -> tuple[str, Verdict | None]:
-        """Write and compile the submission; (build dir, a CE verdict or None)."""
+    def _build(
+        self,
+        lang: Language,
+        source: str | dict[str, str],
+        *,
+        test: bool = False,
+        keep_cache: bool = False,
+    ) -> tuple[str, Verdict | None]:
+        """Write and compile the submission (one source, or {file name: text}); (build dir, a CE
+        verdict or None). `test`: the language's assert-style build (Go's test binary)."""
         build = self.sandbox.workdir()
-        path = os.path.join(build, lang.source)
-        with open(path, "w") as f:
-            f.write(source)
-        os.chmod(path, 0o644)
-        if not lang.compile:
+        files = source if isinstance(source, dict) else {lang.source: source}
+        for name, text in files.items():
+            path = os.path.join(build, name)
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o644)
+        argv = lang.test_compile if test and lang.test_compile else lang.compile
+        if not argv:
             return build, None
+        env = dict(lang.env)
+        binds = list(lang.binds)
+        if test and lang.test_compile:
+            env.update(lang.test_env)
+            seed = self._go_seed(lang) if lang.name == "go" else None
+            if seed is not None:
+                binds.append((seed, GO_SEED))
         limits = Limits(
             cpu_s=lang.compile_s,
             wall_s=lang.compile_s * 2 + 5,
@@ -233,18 +260,55 @@ class Verifier:
             tmp_mb=512,
         )
         r = self.sandbox.run(
-            list(lang.compile),
+            list(argv),
             limits=limits,
             rw_binds=[(build, "/build")],
-            ro_binds=list(lang.binds),
+            ro_binds=binds,
             cwd="/build",
-            env=dict(lang.env),
+            env=env,
         )
         if r.exit_code == 0:
+            if not keep_cache:
+                shutil.rmtree(os.path.join(build, ".gocache"), ignore_errors=True)
             return build, None
         why = "compilation timed out" if r.wall_timeout or r.signal else "compilation failed"
         text = r.stderr.decode(errors="replace") or r.stdout[:4096].decode(errors="replace")
         return build, Verdict(status="CE", score=0.0, message=why, compile_output=text)
+
+    def _go_seed(self, lang: Language) -> str | None:
+        """A Go build cache with testify compiled, made once from a trivial test program of our
+        own (so untrusted code never writes into it); None if that build failed."""
+        with self._seed_lock:
+            if self._seed is None:
+                program = compose_assert_program(
+                    lang,
+                    "package main\n\nfunc one() int { return 1 }\n",
+                    'package main\n\nimport (\n    "testing"\n'
+                    '    "github.com/stretchr/testify/assert"\n)\n\n'
+                    "func TestOne(t *testing.T) { assert.Equal(t, 1, one()) }\n",
+                    "seed",
+                )
+                build, ce = self._build(
+                    Language(**{**lang.__dict__, "name": "go-seed"}),
+                    program,
+                    test=True,
+                    keep_cache=True,
+                )
+                seed = os.path.join(self.sandbox.scratch_root, "goseed")
+                cache = os.path.join(build, ".gocache")
+                if ce is None and os.path.isdir(cache):
+                    os.rename(cache, seed)
+                    for root, dirs, names in os.walk(seed):
+                        for d in dirs:
+                            os.chmod(os.path.join(root, d), 0o755)
+                        for n in names:
+                            os.chmod(os.path.join(root, n), 0o644)
+                    self._seed = seed
+                else:
+                    log.warning("verifier: no Go build-cache seed: %s", ce and ce.compile_output)
+                    self._seed = ""
+                shutil.rmtree(build, ignore_errors=True)
+            return self._seed or None
 
     def _limits(self, lang: Language, time_limit_s: float, memory_mb: int) -> Limits:
         return Limits(
@@ -255,13 +319,22 @@ class Verifier:
             output_mb=self.config.output_mb,
         )
 
-    def _execute(self, lang: Language, build: str, stdin: bytes, limits: Limits) -> RunResult:
+    def _execute(
+        self,
+        lang: Language,
+        build: str,
+        stdin: bytes,
+        limits: Limits,
+        *,
+        stdin_path: str | None = None,
+    ) -> RunResult:
         memory = limits.memory_mb - lang.extra_as_mb
         argv = [a.replace("{memory_mb}", str(memory)) for a in lang.run]
         return self.sandbox.run(
             argv,
             limits=limits,
             stdin=stdin,
+            stdin_path=stdin_path,
             ro_binds=[(build, "/prog"), *lang.binds],
             env=dict(lang.env),
         )
@@ -371,7 +444,7 @@ class Verifier:
     ) -> Verdict:
         mark = secrets.token_hex(16) if harness else ""
         program = compose_assert_program(lang, source, harness, mark) if harness else source
-        build, ce = self._build(lang, program)
+        build, ce = self._build(lang, program, test=bool(harness))
         try:
             if ce is not None:
                 return ce
@@ -379,7 +452,9 @@ class Verifier:
             failed = self._failure(lang, r, time_limit_s, memory_mb)
             if failed == "WA":  # an output flood is not running to the end
                 failed = "RE"
-            if failed == "RE" and any(m in r.stderr for m in ASSERT_MARKERS):
+            if failed == "RE" and (
+                any(m in r.stderr for m in ASSERT_MARKERS) or b"--- FAIL:" in r.stdout
+            ):
                 failed = "WA"  # a failed assertion is a wrong answer
             if failed is None and mark and r.stdout.rstrip().rsplit(b"\n", 1)[-1] != mark.encode():
                 result = self._result(r, "RE", "the program did not run to the end of the tests")

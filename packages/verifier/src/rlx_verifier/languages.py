@@ -18,6 +18,8 @@ from rlx_core.errors import InvalidArgument, Unimplemented
 __all__ = ["LANGUAGES", "Language", "compose_assert_program", "detect_languages"]
 
 PYTHON = "/usr/bin/python3"
+GOCODE = "/usr/share/gocode"  # Debian's GOPATH of packaged Go libraries (testify)
+GO_SEED = "/opt/goseed"  # where a Go build-cache seed is bound for assert-style builds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +38,9 @@ class Language:
     nproc: int = 16  # processes and threads the program may use
     version: str = ""  # what `--version` said at detection
     memory_markers: tuple[bytes, ...] = field(default=())  # stderr text meaning out-of-memory
+    # assert style, when it builds differently (Go: a test binary with `go test -c`)
+    test_compile: tuple[str, ...] = ()
+    test_env: tuple[tuple[str, str], ...] = ()
 
 
 def _version(argv: list[str]) -> str:
@@ -102,6 +107,19 @@ def _go() -> Language | None:
     goroot = os.path.realpath(os.path.join(os.path.dirname(os.path.realpath(go)), ".."))
     if not goroot.startswith("/usr/") or not (version := _version([go, "version"])):
         return None
+    # HumanEval-X Go tests use testify: Debian's golang-github-stretchr-testify-dev puts it in
+    # /usr/share/gocode (GOPATH mode). The build cache starts from a seed the verifier made once
+    # (testify compiled), copied in by the sandboxed compile itself (GO_SEED is bound read-only).
+    test_compile: tuple[str, ...] = ()
+    if os.path.isdir(os.path.join(GOCODE, "src/github.com/stretchr/testify")):
+        test_compile = (
+            "/bin/sh",
+            "-c",
+            f"{{ [ ! -d {GO_SEED} ] || cp -r {GO_SEED} /build/.gocache; }} && "
+            f'exec {goroot}/bin/go test -c -o main "$@"',
+            "go-test",
+            ".",
+        )
     return Language(
         name="go",
         source="main.go",
@@ -112,6 +130,12 @@ def _go() -> Language | None:
         compile_as_mb=4096,
         version=version,
         memory_markers=(b"runtime: out of memory",),
+        test_compile=test_compile,
+        test_env=(
+            ("GOCACHE", "/build/.gocache"),
+            ("GOPATH", f"/tmp/go:{GOCODE}"),
+            ("GO111MODULE", "off"),
+        ),
     )
 
 
@@ -219,19 +243,100 @@ _main()
 """
 
 
-def compose_assert_program(lang: Language, candidate: str, harness: str, mark: str) -> str:
-    """One program: the candidate, then the harness, then a marker only the harness's end prints.
+def compose_assert_program(
+    lang: Language, candidate: str, harness: str, mark: str
+) -> dict[str, str]:
+    """The files of one program: the candidate, then the harness, then a marker only the
+    harness's end prints ({file name: text}).
 
     `mark` is a per-request random hex string; the verdict is AC only if the program exits 0 and
     the last line of stdout is the marker.
     """
     if lang.name == "python":
-        return _PY_HARNESS.format(mark=mark, candidate=candidate, harness=harness)
+        return {lang.source: _PY_HARNESS.format(mark=mark, candidate=candidate, harness=harness)}
     if lang.name == "cpp":
-        return _compose_cpp(candidate, harness, mark)
+        return {lang.source: _compose_cpp(candidate, harness, mark)}
     if lang.name == "rust":
-        return candidate + "\n" + harness + "\n"  # `rustc --test` runs #[test] functions
+        return {lang.source: _compose_rust(candidate, harness, mark)}
+    if lang.name == "go":
+        if not lang.test_compile:
+            raise Unimplemented(
+                "assert-style Go needs testify in /usr/share/gocode "
+                "(Debian: golang-github-stretchr-testify-dev)"
+            )
+        return _compose_go(candidate, harness, mark)
     raise Unimplemented(f"assert-style judging is not available for {lang.name}")
+
+
+def _literal(mark: str) -> str:
+    """The marker line as a C/Rust/Go string literal of escapes (no plain text to grep)."""
+    return "".join(f"\\x{b:02x}" for b in ("\n" + mark + "\n").encode())
+
+
+_RUST_TEST = re.compile(r"#\[test\]\s*(?:pub\s+)?fn\s+(\w+)")
+_RUST_MOD = re.compile(r"#\[cfg\(test\)\]\s*mod\s+(\w+)")
+
+
+def _compose_rust(candidate: str, harness: str, mark: str) -> str:
+    """`#[test]` functions become plain public functions that a generated `main` calls in order,
+    then prints the marker; a failed `assert!` panics (exit 101)."""
+    names = _RUST_TEST.findall(harness)
+    if not names:
+        raise InvalidArgument("a Rust harness needs at least one #[test] function")
+    module = _RUST_MOD.search(harness)
+    body = _RUST_MOD.sub(r"mod \1", harness)
+    body = _RUST_TEST.sub(r"pub fn \1", body)
+    if module is not None:
+        body = re.sub(rf"\bmod\s+{module.group(1)}\b", f"pub mod {module.group(1)}", body, count=1)
+    path = f"{module.group(1)}::" if module is not None else ""
+    calls = "".join(f"    {path}{n}();\n" for n in names)
+    return (
+        f"{candidate}\n{body}\n"
+        "fn main() {\n"
+        f"{calls}"
+        "    use std::io::Write;\n"
+        f'    let m: &[u8] = b"{_literal(mark)}";\n'
+        "    let mut out = std::io::stdout();\n"
+        "    if out.write_all(m).and_then(|_| out.flush()).is_err() { std::process::exit(98); }\n"
+        "}\n"
+    )
+
+
+_GO_PACKAGE = re.compile(r"^\s*package\s+\w+\s*;?\s*$", re.MULTILINE)
+_GO_IMPORT = re.compile(r'^\s*import\s*(\([^)]*\)|(?:[\w.]+\s+)?"[^"]*")', re.MULTILINE)
+_GO_SPEC = re.compile(r'(?:([\w.]+)\s+)?"([^"]+)"')
+
+
+def _go_split(source: str) -> tuple[list[tuple[str, str]], str]:
+    """(import specs as (alias, path), the source without its package clause and imports)."""
+    specs = [m for decl in _GO_IMPORT.findall(source) for m in _GO_SPEC.findall(decl)]
+    rest = _GO_IMPORT.sub("", _GO_PACKAGE.sub("", source))
+    return specs, rest
+
+
+def _compose_go(candidate: str, harness: str, mark: str) -> dict[str, str]:
+    """Package main as a test binary: one file with the candidate and the harness (`func
+    TestX(t *testing.T)`) sharing their imports, as HumanEval-X writes them, and a TestMain that
+    prints the marker only when every test passed."""
+    cand_specs, cand = _go_split(candidate)
+    test_specs, test = _go_split(harness)
+    specs = list(dict.fromkeys(test_specs + cand_specs))
+    imports = "".join(f'    {a + " " if a else ""}"{p}"\n' for a, p in specs)
+    program = f"package main\n\nimport (\n{imports})\n{cand}\n{test}\n"
+    runner = (
+        "package main\n\n"
+        'import (\n    "os"\n    "testing"\n)\n\n'
+        "func TestMain(m *testing.M) {\n"
+        "    code := m.Run()\n"
+        "    if code == 0 {\n"
+        f'        if _, err := os.Stdout.Write([]byte("{_literal(mark)}")); err != nil {{\n'
+        "            os.Exit(98)\n"
+        "        }\n"
+        "    }\n"
+        "    os.Exit(code)\n"
+        "}\n"
+    )
+    return {"main_test.go": program, "rlx_main_test.go": runner}
 
 
 _MAIN = re.compile(r"\bint\s+main\s*\(")
@@ -246,7 +351,7 @@ def _compose_cpp(candidate: str, harness: str, mark: str) -> str:
     # `return 0;` before main's last brace: the renamed main is an ordinary function, where
     # falling off the end would be undefined behaviour.
     body = body[:-1] + "\n    return 0;\n}\n"
-    literal = "".join(f"\\x{b:02x}" for b in ("\n" + mark + "\n").encode())
+    literal = _literal(mark)
     return (
         f"{candidate}\n"
         "#undef NDEBUG\n#undef assert\n#include <cassert>\n#undef main\n"

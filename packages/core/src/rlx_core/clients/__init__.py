@@ -7,6 +7,7 @@ from rlx_core.clients.inference import GenerateResult, InferenceClient, Rollout,
 from rlx_core.clients.lifecycle import LifecycleClient
 from rlx_core.clients.paramserver import ParamServerClient, ReplicatedPushClient, replica_for
 from rlx_core.clients.trainer import StepResult, TrainBatch, TrainerClient
+from rlx_core.clients.verifier import SampleResult, VerifierClient, VerifySample
 
 __all__ = [
     "GenerateResult",
@@ -15,10 +16,13 @@ __all__ = [
     "ParamServerClient",
     "ReplicatedPushClient",
     "Rollout",
+    "SampleResult",
     "Sampling",
     "StepResult",
     "TrainBatch",
     "TrainerClient",
+    "VerifierClient",
+    "VerifySample",
     "WorkUnit",
     "replica_for",
 ]
