@@ -55,6 +55,7 @@ BETA = 0.0
 MINIBATCHES = 1  # optimizer updates per batch (each on B / MINIBATCHES prompts)
 EPOCHS = 1  # passes over the batch
 WARMUP = 25  # steps of linear learning-rate warmup
+DECAY_STEPS = 600  # optimizer updates of cosine decay after warmup; 0 = constant
 CLIP_NORM = 1.0  # global gradient-norm clip (the trainer's default)
 
 
@@ -72,6 +73,7 @@ def run(  # noqa: PLR0915  (one loop, read top to bottom)
     minibatches: int,
     epochs: int,
     warmup: int,
+    decay_steps: int,
     clip_norm: float,
     eval_every: int,
     target: float,
@@ -84,7 +86,14 @@ def run(  # noqa: PLR0915  (one loop, read top to bottom)
     train, heldout = addition_splits(task)
     P, R = prompt_len(task), response_len(task)
     objective = preset(preset_name, beta=beta)
-    sched = optax.linear_schedule(0.0, lr, warmup) if warmup else lr
+    # the trainer's optimizer: linear warmup from 0, then constant or cosine down to 0.1 × lr
+    after = optax.cosine_decay_schedule(lr, decay_steps, alpha=0.1) if decay_steps else None
+    if after is None:
+        sched: Any = optax.linear_schedule(0.0, lr, warmup) if warmup else lr
+    else:
+        sched = optax.join_schedules(
+            [optax.linear_schedule(0.0, lr, max(warmup, 1)), after], [max(warmup, 1)]
+        )
     opt = optax.chain(optax.clip_by_global_norm(clip_norm), optax.adam(sched))
     opt_state = opt.init(params)
     mb = batch // minibatches
@@ -197,6 +206,11 @@ def run(  # noqa: PLR0915  (one loop, read top to bottom)
             "preset": preset_name,
             "beta": beta,
             "seed": seed,
+            "minibatches": minibatches,
+            "epochs": epochs,
+            "warmup": warmup,
+            "decay_steps": decay_steps,
+            "clip_norm": clip_norm,
             "task": info["task"],
             "model": info["model"],
         },
@@ -206,7 +220,7 @@ def run(  # noqa: PLR0915  (one loop, read top to bottom)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--base", type=Path, default=BASE_MODEL, help="the SFT base model directory")
-    ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=B)
     ap.add_argument("--group", type=int, default=G)
     ap.add_argument("--lr", type=float, default=LR)
@@ -218,6 +232,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=EPOCHS)
     ap.add_argument("--warmup", type=int, default=WARMUP)
     ap.add_argument("--clip-norm", type=float, default=CLIP_NORM)
+    ap.add_argument(
+        "--decay-steps", type=int, default=DECAY_STEPS, help="cosine decay length; 0 = constant"
+    )
     ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--target", type=float, default=0.90)
     ap.add_argument("--stop-at-target", action="store_true")
@@ -236,6 +253,7 @@ def main() -> None:
         minibatches=args.minibatches,
         epochs=args.epochs,
         warmup=args.warmup,
+        decay_steps=args.decay_steps,
         clip_norm=args.clip_norm,
         eval_every=args.eval_every,
         target=args.target,

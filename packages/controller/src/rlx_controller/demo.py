@@ -116,7 +116,7 @@ def addition_answer_correct(response: str, answer: str) -> bool:
 
 # The demo's settings, measured with tools/bench/e2e/floor.py (see packages/controller/README.md).
 DEMO_TASK = AdditionTask(digits=2, heldout=500, seed=0, padded=True)
-DEMO_STEPS = 800  # training batches; the floor passes 90% held-out well before
+DEMO_STEPS = 600  # training batches (the cosine decay spans them)
 DEMO_LR = 5e-4
 DEMO_WARMUP = 25  # optimizer steps of linear warmup
 
@@ -148,8 +148,10 @@ overrides = {{ beta = 0.0 }}
 
 [optimizer]
 lr = {DEMO_LR}
-schedule = "constant"
+schedule = "cosine"
 warmup_steps = {DEMO_WARMUP}
+decay_steps = {DEMO_STEPS}
+final_lr_ratio = 0.1
 clip_norm = 1.0
 
 [staleness]

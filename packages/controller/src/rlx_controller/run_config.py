@@ -191,6 +191,8 @@ class OptimizerSettings:
     lr: float = 1e-6  # peak learning rate, > 0
     schedule: Literal["cosine", "constant"] = "constant"  # after warmup
     warmup_steps: int = 0  # optimizer updates of linear warmup, >= 0
+    decay_steps: int = 1000  # cosine: updates of decay after warmup, >= 1
+    final_lr_ratio: float = 0.1  # cosine ends at lr × this, 0-1
     weight_decay: float = 0.0  # decoupled weight decay, >= 0
     clip_norm: float = 1.0  # global gradient-norm clip, >= 0; 0 = off
 
@@ -198,6 +200,11 @@ class OptimizerSettings:
         if not self.lr > 0:
             raise ConfigError("must be > 0", field="lr", value=self.lr)
         _at_least(self, 0, "warmup_steps", "weight_decay", "clip_norm")
+        _at_least(self, 1, "decay_steps")
+        if not 0 <= self.final_lr_ratio <= 1:
+            raise ConfigError(
+                "must be within 0-1", field="final_lr_ratio", value=self.final_lr_ratio
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
