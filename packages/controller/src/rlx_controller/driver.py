@@ -1,0 +1,651 @@
+"""The controller's loop (DESIGN §2-§4): start the services, train batch after batch, resume.
+
+    driver = Driver(cfg, run_dir)
+    summary = driver.run(resume=False)      # `rlx up`; resume=True: `rlx resume`
+
+For b = step, step + 1, ...: the schedule's work units of every batch whose version exists are
+dispatched to the inference workers in threads (generation runs ahead of training by `lag`);
+each unit's rollouts are scored by the verifier and appended to the rollout log before they
+count; batch b's groups go through prefer-newest acceptance into one fixed-shape TrainBatch;
+TrainStep carries expected_step = b. Checkpoints every `snapshots.checkpoint_every` steps,
+snapshots at reload boundaries and on SIGTERM / Ctrl-C, held-out accuracy (greedy, through the
+workers) every `eval.every` steps, one metrics line per step in `<run>/metrics.jsonl`.
+
+Resume: the newest snapshot that verifies names a trainer checkpoint; the trainer is initialised
+from it (pushing that version to the replicas), batches from the checkpoint on are trained again
+from the rollout log (nothing logged is generated twice), and the run continues. A component that
+stops answering is retried with backoff; a dead local service is restarted and the run resumes
+from its newest snapshot inside the same process.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilter, mixture_sources
+from rlx_controller.mixture import PromptMixture
+from rlx_controller.rollout_log import RolloutLog
+from rlx_controller.run_config import RunConfig, config_hash
+from rlx_controller.schedule import GroupRef, Schedule, WorkUnit, select_groups
+from rlx_controller.services import RunServices, kill_stale_services
+from rlx_controller.snapshot import Snapshot, SnapshotStore
+from rlx_core.clients import (
+    InferenceClient,
+    ParamServerClient,
+    Sampling,
+    StepResult,
+    TrainBatch,
+    TrainerClient,
+    VerifierClient,
+    VerifySample,
+)
+from rlx_core.clients import WorkUnit as GenUnit
+from rlx_core.errors import DeadlineExceeded, RlxError, Unavailable
+from rlx_core.rpc.auth import create_token_file
+from rlx_core.storage import open_storage
+
+__all__ = ["PAD", "Driver", "Progress", "RunSummary", "params_hash"]
+
+PAD, BOS, EOS = 256, 257, 258  # rlx_model's ByteTokenizer (the controller never imports JAX)
+_TRANSIENT = (Unavailable, DeadlineExceeded)
+
+
+def encode(text: str) -> list[int]:
+    return [BOS, *text.encode("utf-8")]
+
+
+def decode(ids: list[int] | tuple[int, ...]) -> str:
+    return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+
+def params_hash(tensors: dict[str, np.ndarray]) -> str:
+    """sha256 over the tensors in name order (name, dtype, shape, bytes)."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+class ComponentFailed(RlxError):
+    """A service died or stopped answering: restart and resume from the newest snapshot."""
+
+
+class Stop(Exception):
+    """SIGTERM / Ctrl-C: snapshot and stop."""
+
+
+@dataclass
+class Progress:
+    """What the live view shows; updated by the loop."""
+
+    step: int = 0
+    steps: int = 0
+    reward: float = float("nan")
+    heldout: dict[int, float] = field(default_factory=dict)
+    tokens_per_s: float = 0.0
+    steps_per_s: float = 0.0
+    staleness: dict[int, int] = field(default_factory=dict)
+    phase: str = "starting"
+    components: dict[str, str] = field(default_factory=dict)
+    messages: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunSummary:
+    steps: int
+    heldout_before: float | None
+    heldout_after: float | None
+    params_hash: str
+    wall_s: float
+    train_s_per_step: float
+    stopped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _retry(fn: Callable[[], Any], what: str, deadline_s: float, log: Callable[[str], None]) -> Any:
+    """fn() with exponential backoff while it raises Unavailable / DeadlineExceeded."""
+    start = time.monotonic()
+    delay = 0.5
+    while True:
+        try:
+            return fn()
+        except _TRANSIENT as e:
+            if time.monotonic() - start + delay > deadline_s:
+                raise ComponentFailed(f"{what}: no answer within {deadline_s:.0f} s: {e}") from e
+            log(f"{what}: {type(e).__name__}; retrying in {delay:.1f} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 8.0)
+
+
+class Driver:
+    """One run of the controller loop against local services."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: str | Path,
+        *,
+        progress: Progress | None = None,
+        log: Callable[[str], None] = print,
+        component_deadline_s: float = 60.0,
+        max_recoveries: int = 5,
+    ) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.progress = progress or Progress(steps=cfg.steps)
+        self.progress.steps = cfg.steps
+        self._log = log
+        self.deadline_s = component_deadline_s
+        self.max_recoveries = max_recoveries
+        self.storage = open_storage(str(self.run_dir))
+        self.rollouts = RolloutLog(self.storage)
+        self.snapshots = SnapshotStore(self.storage, keep=cfg.snapshots.keep)
+        self.hash = config_hash(cfg)
+        self.datasets: dict[str, Dataset] = {d.name: load_dataset(d) for d in cfg.datasets}
+        pre = load_prefilter(cfg.prefilter.file) if cfg.prefilter.file else None
+        sources = mixture_sources(cfg, list(self.datasets.values()), pre)
+        self.mixture = PromptMixture(sources, seed=cfg.seed)
+        self.schedule = Schedule.from_config(cfg, self.mixture)
+        self.eval_sets = [load_dataset(d, field_path="eval.datasets") for d in cfg.eval.datasets]
+        self.P = cfg.batch.max_prompt_tokens
+        self.R = cfg.batch.max_new_tokens
+        self._stop = threading.Event()
+        self._stop_reason = ""
+        self.services: RunServices | None = None
+        self.run_id = ""
+        self._worker_locks: list[threading.Lock] = []
+        self._train_times: list[float] = []
+
+    # --- output -----------------------------------------------------------------------------
+    def log(self, message: str) -> None:
+        self.progress.messages = [*self.progress.messages[-4:], message]
+        self._log(message)
+
+    def _metrics_line(self, record: dict[str, Any]) -> None:
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+
+    # --- services ---------------------------------------------------------------------------
+    def _start_services(self) -> None:
+        token = self.run_dir / "token"
+        create_token_file(token)  # a fresh token for every start
+        kill_stale_services(self.run_dir, self.log)
+        self.services = RunServices(self.cfg, self.run_dir, token)
+        self.progress.phase = "starting services"
+        shown: dict[str, float] = {}
+
+        def on_wait(name: str, t: float) -> None:
+            if t - shown.get(name, 0.0) >= 10:
+                shown[name] = t
+                self.log(f"waiting for {name} ({t:.0f} s)")
+
+        self.services.start(on_wait=on_wait)
+        self._connect()
+
+    def _connect(self) -> None:
+        assert self.services is not None
+        s = self.services
+        tf = str(s.token_file)
+        self.trainer = TrainerClient(s.address("trainer"), token_file=tf)
+        self.workers = [InferenceClient(s.address(n), token_file=tf) for n in s.workers]
+        self.verifiers = [VerifierClient(s.address(n), token_file=tf) for n in s.verifiers]
+        self.paramserver = ParamServerClient(s.address(s.paramservers[0]), token_file=tf)
+        self._worker_locks = [threading.Lock() for _ in self.workers]
+        for name, h in s.provider.handles.items():
+            self.progress.components[name] = f"up {h.address}"
+
+    def _close_clients(self) -> None:
+        for c in [
+            getattr(self, "trainer", None),
+            getattr(self, "paramserver", None),
+            *getattr(self, "workers", []),
+            *getattr(self, "verifiers", []),
+        ]:
+            if c is not None:
+                c.close()
+
+    def _call(self, fn: Callable[[], Any], what: str) -> Any:
+        try:
+            return _retry(fn, what, self.deadline_s, self.log)
+        except ComponentFailed:
+            raise
+        except _TRANSIENT as e:
+            raise ComponentFailed(f"{what}: {e}") from e
+
+    # --- prompts and units --------------------------------------------------------------------
+    def _prompt(self, dataset: str, row: int) -> Prompt:
+        return self.datasets[dataset].prompt(row)
+
+    def _gen_unit(self, unit: WorkUnit) -> GenUnit:
+        prompts = []
+        for ref in unit.prompts:
+            ids = encode(self._prompt(ref.dataset, ref.row).text)
+            if len(ids) > self.P:
+                raise RlxError(f"prompt {ref.id} has {len(ids)} tokens > max_prompt_tokens")
+            prompts.append(tuple(ids))
+        s = self.cfg.sampling
+        return GenUnit(
+            unit_id=unit.unit_id,
+            version=unit.version,
+            prompts=tuple(prompts),
+            samples_per_prompt=unit.group_size,
+            sampling=Sampling(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k),
+            seeds=tuple(x for seeds in unit.seeds for x in seeds),
+            max_new_tokens=self.R,
+            stop_token_ids=(EOS,),
+        )
+
+    def _generate(self, worker: int, unit: GenUnit) -> Any:
+        client = self.workers[worker]
+        with self._worker_locks[worker]:
+            self._call(lambda: client.load_version(unit.version), f"inference-{worker} load")
+            return self._call(lambda: client.generate(unit), f"inference-{worker} generate")
+
+    def _verify(self, samples: list[VerifySample], key: int) -> list[Any]:
+        v = self.verifiers[key % len(self.verifiers)]
+        return list(self._call(lambda: v.verify(samples), "verifier"))
+
+    def run_unit(self, unit: WorkUnit) -> dict[str, Any]:
+        """A unit's scored rollouts: from the rollout log when logged, else generated, scored and
+        appended (the logged record is what counts)."""
+        logged = self.rollouts.get(unit.unit_id)
+        if logged is not None:
+            return logged
+        worker = (unit.batch * self.cfg.batch.units_per_batch + unit.index) % len(self.workers)
+        result = self._generate(worker, self._gen_unit(unit))
+        G = unit.group_size
+        samples = []
+        for p, ref in enumerate(unit.prompts):
+            prompt = self._prompt(ref.dataset, ref.row)
+            for g in range(G):
+                r = result.rollouts[p * G + g]
+                samples.append(
+                    VerifySample.math(
+                        f"{unit.unit_id}/{p}/{g}",
+                        decode(r.token_ids),
+                        prompt.answer or "",
+                        extractor=prompt.math_extractor,
+                    )
+                )
+        verdicts = self._verify(samples, unit.index)
+        out = []
+        for r, v in zip(result.rollouts, verdicts, strict=True):
+            out.append(
+                {
+                    "tokens": list(r.token_ids),
+                    "logp": [float(x) for x in r.sampler_logprobs],
+                    "finish": r.finish_reason,
+                    "status": v.status,
+                    "reward": None if v.excluded else float(v.score),
+                }
+            )
+        payload = {
+            "unit": unit.to_dict(),
+            "version": result.version,
+            "generated_tokens": result.generated_tokens,
+            "samples": out,
+        }
+        return self.rollouts.append(unit.unit_id, payload)
+
+    # --- batches --------------------------------------------------------------------------------
+    def build_batch(self, b: int, payloads: list[dict[str, Any]]) -> tuple[TrainBatch, dict]:
+        """Batch b's groups (prefer-newest acceptance over them) as one fixed-shape TrainBatch."""
+        cfg = self.cfg
+        B, G, P, R = cfg.batch.prompts, cfg.batch.group_size, self.P, self.R
+        groups: dict[GroupRef, tuple[list[int], list[dict[str, Any]]]] = {}
+        for pay in payloads:
+            unit = WorkUnit.from_dict(pay["unit"])
+            for i, ref in enumerate(unit.prompts):
+                gref = GroupRef(
+                    unit.version, unit.batch, unit.round, unit.first_slot + i, unit.unit_id
+                )
+                ids = encode(self._prompt(ref.dataset, ref.row).text)
+                groups[gref] = (ids, pay["samples"][i * G : (i + 1) * G])
+        sel = select_groups(list(groups), trainer_version=b, accept=cfg.staleness.accept, need=B)
+        S = P + R
+        tokens = np.full((B, G, S), PAD, np.int32)
+        valid = np.zeros((B, G, S), bool)
+        mask = np.zeros((B, G, S), np.float32)
+        logp = np.zeros((B, G, S), np.float32)
+        rewards = np.zeros((B, G), np.float32)
+        excluded = 0
+        rsum, rcount, gen_tokens = 0.0, 0, 0
+        for i, gref in enumerate(sel.accepted):
+            ids, samples = groups[gref]
+            scored = [s["reward"] for s in samples if s["reward"] is not None]
+            mean = float(np.mean(scored)) if scored else 0.0
+            for g, s in enumerate(samples):
+                tokens[i, g, P - len(ids) : P] = ids
+                valid[i, g, P - len(ids) : P] = True
+                resp = s["tokens"][:R]
+                n = len(resp)
+                tokens[i, g, P : P + n] = resp
+                valid[i, g, P : P + n] = True
+                gen_tokens += n
+                if s["reward"] is None:  # INFRA / ERROR: left out, never scored 0
+                    excluded += 1
+                    rewards[i, g] = mean
+                    continue
+                mask[i, g, P : P + n] = 1.0
+                logp[i, g, P : P + n] = s["logp"][:n]
+                rewards[i, g] = s["reward"]
+                rsum += s["reward"]
+                rcount += 1
+        batch = TrainBatch.rl(
+            tokens,
+            mask,
+            logp,
+            rewards,
+            version=min((g.version for g in sel.accepted), default=b),
+            valid=valid,
+            max_len=R,
+        )
+        info = {
+            "reward": rsum / rcount if rcount else float("nan"),
+            "excluded": excluded,
+            "dropped_stale": len(sel.dropped),
+            "groups": len(sel.accepted),
+            "staleness": b - min((g.version for g in sel.accepted), default=b),
+            "gen_tokens": gen_tokens,
+            "prompt_ids": [f"{gref.unit_id}:{gref.slot}" for gref in sel.accepted],
+        }
+        return batch, info
+
+    # --- evaluation -------------------------------------------------------------------------
+    def evaluate(self, version: int) -> float | None:
+        """Greedy held-out accuracy of `version` through the inference workers."""
+        if not self.eval_sets:
+            return None
+        correct, total = 0, 0
+        for ds in self.eval_sets:
+            n = (
+                len(ds)
+                if not self.cfg.eval.max_prompts
+                else min(len(ds), self.cfg.eval.max_prompts)
+            )
+            prompts = [ds.prompt(r) for r in range(n)]
+            per = -(-n // len(self.workers))
+            chunks = [prompts[i : i + per] for i in range(0, n, per)]
+
+            def one(k: int, chunk: list[Prompt], name: str = ds.name) -> int:
+                unit = GenUnit(
+                    unit_id=f"eval.v{version}.{name}.{k}",
+                    version=version,
+                    prompts=tuple(tuple(encode(p.text)) for p in chunk),
+                    samples_per_prompt=1,
+                    sampling=Sampling(greedy=True),
+                    seeds=tuple(range(len(chunk))),
+                    max_new_tokens=self.R,
+                    stop_token_ids=(EOS,),
+                )
+                res = self._generate(k, unit)
+                samples = [
+                    VerifySample.math(
+                        f"{unit.unit_id}/{i}",
+                        decode(r.token_ids),
+                        p.answer or "",
+                        extractor=p.math_extractor,
+                    )
+                    for i, (p, r) in enumerate(zip(chunk, res.rollouts, strict=True))
+                ]
+                return sum(1 for v in self._verify(samples, k) if (v.score or 0) >= 1.0)
+
+            with ThreadPoolExecutor(len(chunks)) as pool:
+                correct += sum(pool.map(one, range(len(chunks)), chunks))
+            total += n
+        return correct / total if total else None
+
+    # --- snapshots --------------------------------------------------------------------------
+    def _params_hash(self, version: int) -> str:
+        _, tensors = self._call(lambda: self.paramserver.pull(version), "paramserver pull")
+        return params_hash(tensors)
+
+    def _snapshot(
+        self,
+        step: int,
+        ckpt: tuple[int, str] | None,
+        reason: str,
+        outstanding: list[WorkUnit],
+        totals: dict[str, float],
+    ) -> None:
+        state = self.schedule.state_before(step)
+        snap = Snapshot(
+            run_id=self.run_id,
+            config_hash=self.hash,
+            step=step,
+            version=step,
+            checkpoint_step=None if ckpt is None else ckpt[0],
+            checkpoint_uri="" if ckpt is None else ckpt[1],
+            params_hash=self._params_hash(step),
+            next_batch=step,
+            mixture=state,
+            epochs=self.mixture.epochs(state),
+            rng={"samples": step, "train/pick": state.draws},
+            rollout_log=self.rollouts.position(),
+            outstanding=tuple(u for u in outstanding if u.batch >= step),
+            metrics=dict(totals),
+            reason=reason,
+            created_unix=time.time(),
+        )
+        self.snapshots.write(snap)
+        self.progress.components["snapshot"] = f"step {step} ({reason})"
+
+    # --- the loop ---------------------------------------------------------------------------
+    def request_stop(self, reason: str = "signal") -> None:
+        self._stop_reason = reason
+        self._stop.set()
+
+    def run(self, *, resume: bool) -> RunSummary:
+        """Train to cfg.steps (fresh, or from the newest snapshot); stop services at the end."""
+        start = time.monotonic()
+        info_path = self.run_dir / "run.json"
+        if resume and info_path.exists():
+            info = json.loads(info_path.read_text())
+            if info["config_hash"] != self.hash:
+                raise RlxError(f"{self.run_dir}: the config differs from the run's (hash)")
+            self.run_id = info["run_id"]
+        else:
+            if not resume and any(self.snapshots.entries()):
+                raise RlxError(
+                    f"{self.run_dir} already holds a run: `rlx resume {self.run_dir}` continues it"
+                )
+            self.run_id = uuid.uuid4().hex[:12]
+            info_path.write_text(json.dumps({"run_id": self.run_id, "config_hash": self.hash}))
+        old_handlers = self._install_signals()
+        before: float | None = None
+        try:
+            self._start_services()
+            recoveries = 0
+            while True:
+                try:
+                    result = self._run_from_snapshot(before)
+                    before = result.heldout_before
+                    break
+                except ComponentFailed as e:
+                    recoveries += 1
+                    if recoveries > self.max_recoveries:
+                        raise
+                    self.log(f"{e}; restarting dead services, resuming from the newest snapshot")
+                    assert self.services is not None
+                    self._close_clients()
+                    self.services.restart_dead(self.log)
+                    self._connect()
+            result.wall_s = time.monotonic() - start
+            (self.run_dir / "summary.json").write_text(json.dumps(result.to_dict(), indent=1))
+            return result
+        finally:
+            self._restore_signals(old_handlers)
+            self._close_clients()
+            if self.services is not None:
+                self.progress.phase = "stopping services"
+                self.services.stop()
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        old: dict[int, Any] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, lambda s, _f: self.request_stop(signal.Signals(s).name))
+        return old
+
+    def _restore_signals(self, old: dict[int, Any]) -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+    def _run_from_snapshot(self, before: float | None) -> RunSummary:  # noqa: PLR0912, PLR0915
+        cfg = self.cfg
+        snap = self.snapshots.latest(on_skip=lambda msg: self.log(f"skipping snapshot {msg}"))
+        self.progress.phase = "initialising trainer"
+        if snap is not None and snap.checkpoint_step is not None:
+            self.log(
+                f"resuming from snapshot at step {snap.step} (checkpoint {snap.checkpoint_step})"
+            )
+            self._call(
+                lambda: self.trainer.init(
+                    checkpoint=snap.checkpoint_uri, step=snap.checkpoint_step
+                ),
+                "trainer init",
+            )
+            step = snap.checkpoint_step
+            self.schedule.anchor(snap.next_batch, snap.mixture)
+        else:
+            if snap is not None:
+                self.log(f"resuming from snapshot at step {snap.step} (no checkpoint: from step 0)")
+            src = {"hf_dir": cfg.model.path} if cfg.model.path else {"builtin": cfg.model.tiny}
+            self._call(lambda: self.trainer.init(seed=cfg.seed, **src), "trainer init")
+            step = 0
+        replay_until = snap.step if snap is not None else 0
+        ckpt: tuple[int, str] | None = None
+        if snap is not None and snap.checkpoint_step is not None:
+            ckpt = (snap.checkpoint_step, snap.checkpoint_uri)
+        totals: dict[str, float] = dict(snap.metrics) if snap is not None else {}
+        if before is None and snap is None and self.eval_sets:
+            self.progress.phase = "evaluating"
+            acc0 = self.evaluate(0) or 0.0
+            before = acc0
+            self.log(f"held-out accuracy at step 0: {acc0:.3f}")
+            self._metrics_line({"step": 0, "heldout": acc0})
+            self.progress.heldout[0] = acc0
+        elif before is None:
+            before = totals.get("heldout_before")
+        if before is not None:
+            totals["heldout_before"] = before
+        after: float | None = totals.get("heldout_last")
+        nworkers = max(1, len(self.workers))
+        futures: dict[str, Future[dict[str, Any]]] = {}
+        plans: dict[int, list[WorkUnit]] = {}
+        pool = ThreadPoolExecutor(max_workers=nworkers * 2, thread_name_prefix="unit")
+        dispatched = step - 1
+        self.progress.step = step
+        t_last = time.monotonic()
+        stopped = False
+        try:
+            for b in range(step, cfg.steps):
+                # dispatch every batch whose version exists (generation runs ahead by lag)
+                last = min(self.schedule.last_dispatchable(b), cfg.steps - 1)
+                while dispatched < last:
+                    dispatched += 1
+                    plans[dispatched] = list(self.schedule.plan(dispatched).units)
+                    for u in plans[dispatched]:
+                        futures[u.unit_id] = pool.submit(self.run_unit, u)
+                self.progress.phase = "training" if b >= replay_until else "replaying from log"
+                payloads = []
+                for u in plans[b]:
+                    while True:
+                        try:
+                            payloads.append(futures[u.unit_id].result(timeout=0.5))
+                            break
+                        except TimeoutError:
+                            if self._stop.is_set():
+                                raise Stop from None
+                batch, info = self.build_batch(b, payloads)
+                t0 = time.monotonic()
+                result: StepResult = self._call(
+                    functools.partial(self.trainer.train_step, batch, expected_step=b),
+                    "trainer step",
+                )
+                self._train_times.append(time.monotonic() - t0)
+                for u in plans.pop(b):
+                    futures.pop(u.unit_id, None)
+                new = result.step
+                now = time.monotonic()
+                dt, t_last = now - t_last, now
+                p = self.progress
+                p.step, p.reward = new, info["reward"]
+                p.tokens_per_s = info["gen_tokens"] / dt if dt > 0 else 0.0
+                p.steps_per_s = 1 / dt if dt > 0 else 0.0
+                p.staleness[info["staleness"]] = p.staleness.get(info["staleness"], 0) + 1
+                totals["steps"] = new
+                totals["excluded"] = totals.get("excluded", 0) + info["excluded"]
+                totals["dropped_stale"] = totals.get("dropped_stale", 0) + info["dropped_stale"]
+                record = {
+                    "step": new,
+                    "reward": info["reward"],
+                    "staleness": info["staleness"],
+                    "excluded": info["excluded"],
+                    "dropped_stale": info["dropped_stale"],
+                    "prompt_ids": info["prompt_ids"],
+                    "step_s": dt,
+                    "gen_tokens_per_s": p.tokens_per_s,
+                    **{f"trainer/{k}": v for k, v in sorted(result.metrics.items())},
+                }
+                if new % cfg.snapshots.checkpoint_every == 0 or new == cfg.steps:
+                    ckpt = self._call(self.trainer.save_checkpoint, "trainer checkpoint")
+                if (
+                    new >= replay_until
+                    and self.eval_sets
+                    and (new % cfg.eval.every == 0 or new == cfg.steps)
+                ):
+                    self.progress.phase = "evaluating"
+                    after = self.evaluate(new)
+                    record["heldout"] = after
+                    totals["heldout_last"] = after  # type: ignore[assignment]
+                    p.heldout[new] = after  # type: ignore[assignment]
+                    self.log(f"step {new}: held-out accuracy {after:.3f}")
+                self._metrics_line(record)
+                outstanding = [u for units in plans.values() for u in units]
+                if new == cfg.steps:
+                    self._snapshot(new, ckpt, "final", outstanding, totals)
+                elif self.schedule.is_reload_boundary(new) and new % cfg.snapshot_every == 0:
+                    self._snapshot(new, ckpt, "reload", outstanding, totals)
+                if self._stop.is_set():
+                    raise Stop
+        except Stop:
+            stopped = True
+            self.log(f"stopping ({self._stop_reason}): writing a snapshot")
+            at = self.progress.step
+            outstanding = [u for units in plans.values() for u in units]
+            if at > 0:
+                ckpt = self._call(self.trainer.save_checkpoint, "trainer checkpoint")
+                self._snapshot(at, ckpt, "sigterm", outstanding, totals)
+        finally:
+            pool.shutdown(wait=not stopped, cancel_futures=True)
+        final = self.progress.step
+        times = self._train_times[3:] or self._train_times or [0.0]
+        return RunSummary(
+            steps=final,
+            heldout_before=before,
+            heldout_after=after,
+            params_hash=self._params_hash(final) if final else "",
+            wall_s=0.0,
+            train_s_per_step=float(np.median(times)),
+            stopped=stopped,
+        )
