@@ -273,7 +273,7 @@ def _literal(mark: str) -> str:
     return "".join(f"\\x{b:02x}" for b in ("\n" + mark + "\n").encode())
 
 
-_RUST_TEST = re.compile(r"#\[test\]\s*(?:pub\s+)?fn\s+(\w+)")
+_RUST_TEST = re.compile(r"#\[test\](?:\s*//[^\n]*)*\s*(?:pub\s+)?fn\s+(\w+)")
 _RUST_MOD = re.compile(r"#\[cfg\(test\)\]\s*mod\s+(\w+)")
 
 
