@@ -8,7 +8,7 @@
 """
 
 from rlx_verifier._version import __version__
-from rlx_verifier.config import JudgeConfig, VerifierConfig
+from rlx_verifier.config import VerifierConfig
 from rlx_verifier.judge import STATUSES, TestCase, TestResult, Verdict, Verifier
 from rlx_verifier.math_answers import extract_answer
 from rlx_verifier.repository import Repositories
@@ -18,7 +18,6 @@ from rlx_verifier.service import VerifierService
 
 __all__ = [
     "STATUSES",
-    "JudgeConfig",
     "Repositories",
     "TestCase",
     "TestResult",
