@@ -119,14 +119,24 @@ class RunSummary:
         return dict(self.__dict__)
 
 
-def _retry(fn: Callable[[], Any], what: str, deadline_s: float, log: Callable[[str], None]) -> Any:
-    """fn() with exponential backoff while it raises Unavailable / DeadlineExceeded."""
+def _retry(
+    fn: Callable[[], Any],
+    what: str,
+    deadline_s: float,
+    log: Callable[[str], None],
+    dead: Callable[[], list[str]] = list,
+) -> Any:
+    """fn() with exponential backoff while it raises Unavailable / DeadlineExceeded; a dead
+    local service ends the retries at once (it needs a restart, not patience)."""
     start = time.monotonic()
     delay = 0.5
     while True:
         try:
             return fn()
         except _TRANSIENT as e:
+            gone = dead()
+            if gone:
+                raise ComponentFailed(f"{what}: {', '.join(gone)} not running: {e}") from e
             if time.monotonic() - start + delay > deadline_s:
                 raise ComponentFailed(f"{what}: no answer within {deadline_s:.0f} s: {e}") from e
             log(f"{what}: {type(e).__name__}; retrying in {delay:.1f} s")
@@ -224,7 +234,8 @@ class Driver:
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
         try:
-            return _retry(fn, what, self.deadline_s, self.log)
+            dead = self.services.provider.dead if self.services is not None else list
+            return _retry(fn, what, self.deadline_s, self.log, dead)
         except ComponentFailed:
             raise
         except _TRANSIENT as e:
@@ -311,6 +322,7 @@ class Driver:
         cfg = self.cfg
         B, G, P, R = cfg.batch.prompts, cfg.batch.group_size, self.P, self.R
         groups: dict[GroupRef, tuple[list[int], list[dict[str, Any]]]] = {}
+        names: dict[GroupRef, str] = {}
         for pay in payloads:
             unit = WorkUnit.from_dict(pay["unit"])
             for i, ref in enumerate(unit.prompts):
@@ -319,6 +331,7 @@ class Driver:
                 )
                 ids = encode(self._prompt(ref.dataset, ref.row).text)
                 groups[gref] = (ids, pay["samples"][i * G : (i + 1) * G])
+                names[gref] = ref.id
         sel = select_groups(list(groups), trainer_version=b, accept=cfg.staleness.accept, need=B)
         S = P + R
         tokens = np.full((B, G, S), PAD, np.int32)
@@ -365,7 +378,7 @@ class Driver:
             "groups": len(sel.accepted),
             "staleness": b - min((g.version for g in sel.accepted), default=b),
             "gen_tokens": gen_tokens,
-            "prompt_ids": [f"{gref.unit_id}:{gref.slot}" for gref in sel.accepted],
+            "prompt_ids": [names[g] for g in sel.accepted],
         }
         return batch, info
 

@@ -113,7 +113,8 @@ class RunServices:
             "lr": cfg.optimizer.lr,
             "schedule": cfg.optimizer.schedule,
             "warmup_steps": cfg.optimizer.warmup_steps,
-            "decay_steps": max(1, cfg.steps - cfg.optimizer.warmup_steps),
+            "decay_steps": cfg.optimizer.decay_steps,
+            "final_lr_ratio": cfg.optimizer.final_lr_ratio,
             "weight_decay": cfg.optimizer.weight_decay,
             "clip_norm": cfg.optimizer.clip_norm,
         }
