@@ -219,6 +219,7 @@ def service_main(
         level=args.log_level.upper(),
         stream=sys.stderr,
         format=f"%(asctime)s {name} %(levelname)s %(message)s",
+        force=True,  # libraries imported before main (absl via JAX) may have claimed the root
     )
     overrides = list(args.set)
     for flag, key in (("host", "host"), ("port", "port"), ("token_file", "token_file")):
