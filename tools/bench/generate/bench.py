@@ -38,20 +38,9 @@ import numpy as np
 from rlx_core.clients.inference import Sampling, WorkUnit
 from rlx_inference import Engine
 from rlx_inference.config import EngineConfig
-from rlx_model import ModelConfig, init_params, save_checkpoint
+from rlx_model import BENCH_CONFIG, ModelConfig, init_params, save_checkpoint
 
-CFG = ModelConfig(
-    family="qwen2",
-    vocab_size=32000,
-    hidden_size=512,
-    intermediate_size=2048,
-    num_layers=4,
-    num_heads=8,
-    num_kv_heads=2,
-    head_dim=64,
-    qkv_bias=True,
-    max_position_embeddings=4096,
-)
+CFG = BENCH_CONFIG
 
 TORCH_SCRIPT = r"""
 import json, sys, time

@@ -25,22 +25,11 @@ import numpy as np
 
 from rlx_core.clients import TrainBatch
 from rlx_core.config import from_dict
-from rlx_model import ModelConfig, init_params
+from rlx_model import BENCH_CONFIG, init_params
 from rlx_trainer.config import TrainerConfig
 from rlx_trainer.trainer import Trainer
 
-CFG = ModelConfig(
-    family="qwen2",
-    vocab_size=32000,
-    hidden_size=512,
-    intermediate_size=2048,
-    num_layers=4,
-    num_heads=8,
-    num_kv_heads=2,
-    head_dim=64,
-    qkv_bias=True,
-    max_position_embeddings=4096,
-)
+CFG = BENCH_CONFIG
 
 
 def batch(b: int, g: int, s: int, version: int, seed: int) -> TrainBatch:

@@ -3,7 +3,7 @@ per-token log-probs, and mesh/sharding specs: one model code for the trainer and
 
 from rlx_model._version import __version__
 from rlx_model.checkpoint import load_checkpoint, load_config, save_checkpoint, to_hf_config
-from rlx_model.config import TINY_CONFIGS, ModelConfig, RopeScaling, tiny_config
+from rlx_model.config import BENCH_CONFIG, TINY_CONFIGS, ModelConfig, RopeScaling, tiny_config
 from rlx_model.decoder import (
     KVCache,
     Params,
@@ -20,6 +20,7 @@ from rlx_model.sharding import batch_sharding, make_mesh, param_shardings, shard
 from rlx_model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 
 __all__ = [
+    "BENCH_CONFIG",
     "FAMILIES",
     "TINY_CONFIGS",
     "ByteTokenizer",

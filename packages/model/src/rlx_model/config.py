@@ -11,7 +11,7 @@ from typing import Literal
 
 from rlx_core.errors import ConfigError
 
-__all__ = ["TINY_CONFIGS", "ModelConfig", "RopeScaling", "tiny_config"]
+__all__ = ["BENCH_CONFIG", "TINY_CONFIGS", "ModelConfig", "RopeScaling", "tiny_config"]
 
 Dtype = Literal["float32", "bfloat16"]
 Remat = Literal["none", "nothing_saveable", "dots_saveable"]
@@ -108,6 +108,21 @@ def tiny_config(
     base.update(overrides)
     return ModelConfig(**base)  # type: ignore[arg-type]
 
+
+# The Qwen2 shape every benchmark under tools/bench measures (rlx-model issue): 4 layers,
+# hidden 512, 8 heads, 2 KV heads, vocab 32000.
+BENCH_CONFIG = ModelConfig(
+    family="qwen2",
+    vocab_size=32000,
+    hidden_size=512,
+    intermediate_size=2048,
+    num_layers=4,
+    num_heads=8,
+    num_kv_heads=2,
+    head_dim=64,
+    qkv_bias=True,
+    max_position_embeddings=4096,
+)
 
 TINY_CONFIGS: dict[str, ModelConfig] = {
     "tiny": tiny_config(),  # 2 layers, d 64: the demo's model
