@@ -37,9 +37,17 @@ import numpy as np
 
 from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilter, mixture_sources
 from rlx_controller.mixture import PromptMixture
+from rlx_controller.rng import sample_seed
 from rlx_controller.rollout_log import RolloutLog
 from rlx_controller.run_config import RunConfig, config_hash
-from rlx_controller.schedule import GroupRef, Schedule, WorkUnit, select_groups
+from rlx_controller.schedule import (
+    GroupRef,
+    Schedule,
+    WorkUnit,
+    budget_prompts,
+    refill_count,
+    select_groups,
+)
 from rlx_controller.services import RunServices, kill_stale_services
 from rlx_controller.snapshot import Snapshot, SnapshotStore
 from rlx_core.clients import (
@@ -79,6 +87,12 @@ def params_hash(tensors: dict[str, np.ndarray]) -> str:
         h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+def _all_equal(samples: list[dict[str, Any]]) -> bool:
+    """Whether a group teaches nothing: its scored rewards are all equal (or none is scored)."""
+    scored = {s["reward"] for s in samples if s["reward"] is not None}
+    return len(scored) <= 1
 
 
 class ComponentFailed(RlxError):
@@ -183,6 +197,8 @@ class Driver:
         self.run_id = ""
         self._worker_locks: list[threading.Lock] = []
         self._train_times: list[float] = []
+        self.dynamic = cfg.dynamic_sampling_enabled
+        self.refill_budget = budget_prompts(cfg.batch.prompts, cfg.dynamic_sampling.budget)
 
     # --- output -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -332,7 +348,9 @@ class Driver:
                 ids = encode(self._prompt(ref.dataset, ref.row).text)
                 groups[gref] = (ids, pay["samples"][i * G : (i + 1) * G])
                 names[gref] = ref.id
-        sel = select_groups(list(groups), trainer_version=b, accept=cfg.staleness.accept, need=B)
+        uniform = [g for g in groups if _all_equal(groups[g][1])] if self.dynamic else []
+        candidates = [g for g in groups if g not in set(uniform)]
+        sel = select_groups(candidates, trainer_version=b, accept=cfg.staleness.accept, need=B)
         S = P + R
         tokens = np.full((B, G, S), PAD, np.int32)
         valid = np.zeros((B, G, S), bool)
@@ -362,6 +380,17 @@ class Driver:
                 rewards[i, g] = s["reward"]
                 rsum += s["reward"]
                 rcount += 1
+        if len(sel.accepted) < B:
+            # a short batch (dynamic sampling ran out of budget) keeps its fixed shape: the empty
+            # slots hold a prompt of the batch with no response, no loss mask and rewards 0, so
+            # they contribute nothing (like a zero-advantage group in plain GRPO)
+            if sel.accepted:
+                ids = groups[sel.accepted[0]][0]
+            else:
+                ref = WorkUnit.from_dict(payloads[0]["unit"]).prompts[0]
+                ids = encode(self._prompt(ref.dataset, ref.row).text)
+            tokens[len(sel.accepted) :, :, P - len(ids) : P] = ids
+            valid[len(sel.accepted) :, :, P - len(ids) : P] = True
         batch = TrainBatch.rl(
             tokens,
             mask,
@@ -375,12 +404,43 @@ class Driver:
             "reward": rsum / rcount if rcount else float("nan"),
             "excluded": excluded,
             "dropped_stale": len(sel.dropped),
+            "dropped_uniform": len(uniform),
             "groups": len(sel.accepted),
             "staleness": b - min((g.version for g in sel.accepted), default=b),
             "gen_tokens": gen_tokens,
             "prompt_ids": [names[g] for g in sel.accepted],
         }
         return batch, info
+
+    def _refill(
+        self, b: int, payloads: list[dict[str, Any]], pool: ThreadPoolExecutor
+    ) -> dict[str, Any]:
+        """DAPO dynamic sampling for batch b: while fewer than B groups are informative (rewards
+        not all equal), generate refill rounds (prompts a pure function of (b, round, slot), so a
+        resume draws the same ones and finds them in the rollout log) within the budget. Appends
+        the refill payloads to `payloads`; returns the refill cost for the metrics."""
+        B, G = self.cfg.batch.prompts, self.cfg.batch.group_size
+
+        def informative(pays: list[dict[str, Any]]) -> int:
+            n = 0
+            for pay in pays:
+                samples = pay["samples"]
+                n += sum(not _all_equal(samples[i : i + G]) for i in range(0, len(samples), G))
+            return n
+
+        kept, used, rounds, gen_tokens = informative(payloads), 0, 0, 0
+        for r in range(1, self.cfg.dynamic_sampling.max_rounds + 1):
+            count = refill_count(B - kept, used, self.refill_budget)
+            if count == 0:
+                break
+            units = self.schedule.refill_units(b, r, count)
+            extra = [f.result() for f in [pool.submit(self.run_unit, u) for u in units]]
+            payloads.extend(extra)
+            kept += informative(extra)
+            used += count
+            rounds += 1
+            gen_tokens += sum(int(p.get("generated_tokens", 0)) for p in extra)
+        return {"refill_prompts": used, "refill_rounds": rounds, "refill_gen_tokens": gen_tokens}
 
     # --- evaluation -------------------------------------------------------------------------
     def evaluate(self, version: int) -> float | None:
@@ -425,6 +485,110 @@ class Driver:
                 correct += sum(pool.map(one, range(len(chunks)), chunks))
             total += n
         return correct / total if total else None
+
+    # --- pre-filtering ------------------------------------------------------------------------
+    def prefilter(self, out: str, *, samples: int = 0, limit: int = 0) -> dict[str, Any]:
+        """`rlx prefilter`: start the services, sample `samples` (default: the group size)
+        answers per training prompt with the base model (version 0) and the run's sampling,
+        score them, and write each prompt's pass rate as JSONL to `out` (a path or URI):
+        {"dataset", "row", "pass_rate", "scored"}. Samples the verifier could not score (INFRA)
+        do not count; a prompt with none scored is left out (so `prefilter.file` drops it).
+        Seeds are a pure function of (seed, dataset, row, sample): the same file every time."""
+        cfg = self.cfg
+        G = samples or cfg.batch.group_size
+        per = cfg.batch.unit_prompts
+        records: list[dict[str, Any]] = []
+        try:
+            self._start_services()
+            src = {"hf_dir": cfg.model.path} if cfg.model.path else {"builtin": cfg.model.tiny}
+            self._call(lambda: self.trainer.init(seed=cfg.seed, **src), "trainer init")
+            s = cfg.sampling
+            sampling = Sampling(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+            for d, ds in enumerate(cfg.datasets):
+                data = self.datasets[ds.name]
+                n = len(data) if not limit else min(limit, len(data))
+                chunks = [list(range(i, min(i + per, n))) for i in range(0, n, per)]
+
+                def one(
+                    k: int, rows: list[int], data: Dataset = data, d: int = d
+                ) -> list[tuple[float, int]]:
+                    prompts = [data.prompt(r) for r in rows]
+                    ids = [encode(p.text) for p in prompts]
+                    for r, x in zip(rows, ids, strict=True):
+                        if len(x) > self.P:
+                            raise RlxError(
+                                f"{data.name} row {r}: {len(x)} tokens > batch.max_prompt_tokens"
+                            )
+                    unit = GenUnit(
+                        unit_id=f"prefilter.{data.name}.{k}",
+                        version=0,
+                        prompts=tuple(tuple(x) for x in ids),
+                        samples_per_prompt=G,
+                        sampling=sampling,
+                        seeds=tuple(
+                            sample_seed(cfg.seed, "prefilter", d, r, g)
+                            for r in rows
+                            for g in range(G)
+                        ),
+                        max_new_tokens=self.R,
+                        stop_token_ids=(EOS,),
+                    )
+                    res = self._generate(k % len(self.workers), unit)
+                    vs = [
+                        VerifySample.math(
+                            f"{unit.unit_id}/{i}/{g}",
+                            decode(res.rollouts[i * G + g].token_ids),
+                            p.answer or "",
+                            extractor=p.math_extractor,
+                        )
+                        for i, p in enumerate(prompts)
+                        for g in range(G)
+                    ]
+                    verdicts = self._verify(vs, k)
+                    rates: list[tuple[float, int]] = []
+                    for i in range(len(rows)):
+                        scored = [v for v in verdicts[i * G : (i + 1) * G] if not v.excluded]
+                        ok = sum(1 for v in scored if (v.score or 0) >= 1.0)
+                        rates.append((ok / len(scored) if scored else 0.0, len(scored)))
+                    return rates
+
+                self.progress.phase = f"pre-filtering {data.name}"
+                done, t_shown = 0, time.monotonic()
+                with ThreadPoolExecutor(max(1, len(self.workers)) * 2) as pool:
+                    for rows, out_rates in zip(
+                        chunks, pool.map(one, range(len(chunks)), chunks), strict=True
+                    ):
+                        for r, (rate, scored) in zip(rows, out_rates, strict=True):
+                            if scored:
+                                records.append(
+                                    {
+                                        "dataset": data.name,
+                                        "row": r,
+                                        "pass_rate": rate,
+                                        "scored": scored,
+                                    }
+                                )
+                        done += len(rows)
+                        if time.monotonic() - t_shown >= 5 or done == n:
+                            t_shown = time.monotonic()
+                            self.log(f"pre-filter {data.name}: {done}/{n} prompts")
+        finally:
+            self._close_clients()
+            if self.services is not None:
+                self.services.stop()
+        parent, _, name = out.rstrip("/").rpartition("/")
+        body = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+        open_storage(parent or ".").put(name, body.encode())
+        rates = [r["pass_rate"] for r in records]
+        lo, hi = cfg.prefilter.min_pass_rate, cfg.prefilter.max_pass_rate
+        return {
+            "prompts": len(records),
+            "never": sum(1 for x in rates if x == 0.0),
+            "always": sum(1 for x in rates if x == 1.0),
+            "kept": sum(1 for x in rates if lo < x < hi),
+            "mean_pass_rate": float(np.mean(rates)) if rates else float("nan"),
+            "out": out,
+        }
 
     # --- snapshots --------------------------------------------------------------------------
     def _params_hash(self, version: int) -> str:
@@ -589,7 +753,14 @@ class Driver:
                         except TimeoutError:
                             if self._stop.is_set():
                                 raise Stop from None
+                refill = self._refill(b, payloads, pool) if self.dynamic else {}
                 batch, info = self.build_batch(b, payloads)
+                if self.dynamic and info["groups"] < cfg.batch.prompts:
+                    self.log(
+                        f"batch {b}: dynamic sampling found {info['groups']} of "
+                        f"{cfg.batch.prompts} informative groups within its budget; "
+                        "training on the smaller batch"
+                    )
                 t0 = time.monotonic()
                 result: StepResult = self._call(
                     functools.partial(self.trainer.train_step, batch, expected_step=b),
@@ -615,7 +786,9 @@ class Driver:
                     "staleness": info["staleness"],
                     "excluded": info["excluded"],
                     "dropped_stale": info["dropped_stale"],
+                    "groups": info["groups"],
                     "prompt_ids": info["prompt_ids"],
+                    **refill,
                     "step_s": dt,
                     "gen_tokens_per_s": p.tokens_per_s,
                     **{f"trainer/{k}": v for k, v in sorted(result.metrics.items())},

@@ -1,0 +1,60 @@
+"""`rlx prefilter` end to end through real services: the demo base model's pass rates, and a run
+config that keeps only the prompts of partial success."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlx_controller.datasets import load_dataset, load_prefilter, mixture_sources
+
+CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_prefilter_writes_pass_rates_a_config_can_keep(tmp_path: Path) -> None:
+    out = tmp_path / "rates.jsonl"
+    proc = subprocess.run(
+        [
+            *CLI,
+            "prefilter",
+            "--run-dir",
+            str(tmp_path / "pf"),
+            "--out",
+            str(out),
+            "--limit",
+            "24",
+            "--samples",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=360,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"pass rates of 24 prompts written to {out}" in proc.stdout
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["row"] for r in records] == list(range(24))
+    assert {r["dataset"] for r in records} == {"addition"}
+    for r in records:
+        assert r["scored"] == 4 and r["pass_rate"] in (0.0, 0.25, 0.5, 0.75, 1.0)
+    # the demo base model solves some sums and not others (held-out greedy accuracy ~0.46)
+    rates = [r["pass_rate"] for r in records]
+    assert 0 < sum(rates) < len(rates)
+
+    # a config with prefilter.file trains only on prompts with 0 < pass rate < 1
+    from rlx_cli.up_cmd import _load_config
+
+    cfg = _load_config(None, tmp_path / "run", [f"prefilter.file={out}"])
+    ds = [load_dataset(d) for d in cfg.datasets]
+    sources = mixture_sources(cfg, ds, load_prefilter(cfg.prefilter.file))
+    kept = [r["row"] for r in records if 0 < r["pass_rate"] < 1]
+    assert list(sources[0].rows) == kept
+    assert f"{len(kept)} with 0.0 < pass rate < 1.0" in proc.stdout
