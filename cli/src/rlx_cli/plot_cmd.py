@@ -1,0 +1,177 @@
+"""`rlx plot RUN [--out PATH]`: a PNG of a run's metrics per step.
+
+Four panels from `RUN/metrics.jsonl`: the batch's mean reward, the held-out accuracy (eval steps),
+the sampler/trainer log-prob mismatch the trainer reports (`trainer/mismatch_mean`, `_max`, nats)
+and throughput (generated tokens/s, steps/s). Drawn with matplotlib's Agg canvas (no display, no
+pyplot state), written to `RUN/plot.png` unless `--out` says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from rlx_core.errors import InvalidArgument, NotFound
+
+__all__ = ["PLOT_FILE", "read_metrics", "register", "write_plot"]
+
+PLOT_FILE = "plot.png"
+WIDTH_IN, HEIGHT_IN, DPI = 12, 8, 100  # a 1200 x 800 PNG
+
+
+def read_metrics(run: Path) -> list[dict[str, Any]]:
+    """The records of `run/metrics.jsonl` in step order, the last line of a step winning (a resumed
+    run writes the steps after its snapshot again).
+
+    NotFound when the file is missing; InvalidArgument naming the file and line for a line that is
+    not a JSON object with an integer `step`. An unterminated last line that does not parse is a
+    write cut short by a kill and is skipped.
+    """
+    path = run / "metrics.jsonl"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise NotFound(f"{path}: no such file (has the run made a step yet?)") from None
+    lines = text.split("\n")
+    by_step: dict[int, dict[str, Any]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        torn = number == len(lines)  # after the last "\n": never finished
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if torn:
+                continue
+            raise InvalidArgument(f"{path}:{number}: not JSON ({e.msg})", field="metrics") from None
+        step = rec.get("step") if isinstance(rec, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise InvalidArgument(
+                f"{path}:{number}: expected a JSON object with an integer 'step'", field="metrics"
+            )
+        by_step[step] = rec
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for rec in records:
+        value = rec.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            xs.append(rec["step"])
+            ys.append(float(value))
+    return xs, ys
+
+
+def _smooth(ys: list[float]) -> list[float]:
+    """Trailing mean over a window of about a twentieth of the run (at most 25 steps)."""
+    w = max(1, min(25, len(ys) // 20))
+    out, total = [], 0.0
+    for i, y in enumerate(ys):
+        total += y
+        if i >= w:
+            total -= ys[i - w]
+        out.append(total / min(i + 1, w))
+    return out
+
+
+def _no_data(ax: Any, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what} in metrics.jsonl", ha="center", va="center", color="gray")
+
+
+def _reward(ax: Any, records: list[dict[str, Any]]) -> None:
+    ax.set_title("reward (batch mean)")
+    xs, ys = _series(records, "reward")
+    if not xs:
+        return _no_data(ax, "reward")
+    ax.plot(xs, ys, color="tab:blue", alpha=0.3, linewidth=0.8, label="per step")
+    ax.plot(xs, _smooth(ys), color="tab:blue", label="trailing mean")
+    ax.legend(loc="lower right")
+
+
+def _heldout(ax: Any, records: list[dict[str, Any]]) -> None:
+    ax.set_title("held-out accuracy (greedy)")
+    xs, ys = _series(records, "heldout")
+    if not xs:
+        return _no_data(ax, "held-out accuracy")
+    ax.plot(xs, ys, marker="o", color="tab:green")
+    ax.set_ylim(0, 1.02)
+    ax.annotate(f"{ys[-1]:.3f}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(0, 6))
+
+
+def _mismatch(ax: Any, records: list[dict[str, Any]]) -> None:
+    ax.set_title("sampler/trainer log-prob mismatch (nats)")
+    found = False
+    for key, color in (
+        ("trainer/mismatch_mean", "tab:red"),
+        ("trainer/mismatch_max", "tab:orange"),
+    ):
+        xs, ys = _series(records, key)
+        if xs:
+            ax.plot(xs, ys, color=color, linewidth=0.9, label=key.removeprefix("trainer/"))
+            found = True
+    if not found:
+        return _no_data(ax, "trainer/mismatch_*")
+    ax.legend(loc="upper right")
+
+
+def _throughput(ax: Any, records: list[dict[str, Any]]) -> None:
+    ax.set_title("throughput (trailing means)")
+    xs, ys = _series(records, "gen_tokens_per_s")
+    sx, sy = _series(records, "step_s")
+    handles = []
+    if xs:
+        ax.plot(xs, ys, color="tab:purple", alpha=0.2, linewidth=0.8)
+        handles += ax.plot(xs, _smooth(ys), color="tab:purple", label="gen tokens/s")
+        ax.set_ylabel("gen tokens/s", color="tab:purple")
+    if sx:
+        rate = ax.twinx()
+        per_s = _smooth([1.0 / s if s > 0 else 0.0 for s in sy])
+        handles += rate.plot(sx, per_s, color="black", linestyle="--", label="steps/s")
+        rate.set_ylabel("steps/s")
+    if not handles:
+        return _no_data(ax, "gen_tokens_per_s or step_s")
+    ax.legend(handles=handles, loc="lower right")
+
+
+def write_plot(run: Path, out: Path | None = None) -> Path:
+    """Draw the metrics of `run` into a PNG at `out` (default `run/plot.png`); return its path."""
+    from matplotlib.figure import Figure
+
+    records = read_metrics(run)
+    out = out if out is not None else run / PLOT_FILE
+    fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, layout="constrained")
+    (ax_r, ax_h), (ax_m, ax_t) = fig.subplots(2, 2, sharex=True)
+    last = max((r["step"] for r in records), default=0)
+    fig.suptitle(f"rlx run {run.name}: {last} steps")
+    _reward(ax_r, records)
+    _heldout(ax_h, records)
+    _mismatch(ax_m, records)
+    _throughput(ax_t, records)
+    ax_m.set_xlabel("step")
+    ax_t.set_xlabel("step")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    return out
+
+
+def plot(
+    run: Path = typer.Argument(..., help="The run directory (holds metrics.jsonl)."),
+    out: Path | None = typer.Option(None, "--out", help="Where to write the PNG [RUN/plot.png]."),
+) -> None:
+    """Plot reward, held-out accuracy, mismatch and throughput per step as a PNG; print its path."""
+    from rlx_core.errors import RlxError
+
+    try:
+        path = write_plot(run.resolve(), out.resolve() if out is not None else None)
+    except RlxError as e:
+        typer.echo(f"rlx: {e}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(str(path))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(plot)
