@@ -1,0 +1,243 @@
+"""End-to-end benchmark: rlx's seconds per step on the built-in demo vs a single-process floor.
+
+    uv run python tools/bench/e2e/bench.py [--steps N] [--skip S]
+
+In one run: the floor (tools/bench/e2e/floor.py in a subprocess: the demo's model, task, B and G
+in one process, no services, RPC, snapshots or rollout log), then rlx itself, a real Driver with
+real local services on the demo config as `rlx up` runs it (fresh temp run directory each),
+for (j, k) = (1, 1), (1, 2), (4, 8) and the lockstep (1, 1) with lag 0, then the floor again (the
+machine is shared: the two floor figures bracket the load). Held-out evaluation is switched off
+(it is not part of a step); the demo's snapshot and checkpoint cadence are kept.
+
+Seconds per step are steady-state medians: the first S steps (start-up, JIT compilation of the
+trainer and the inference engine) are skipped, for the floor as for rlx. The price of the
+architecture is rlx's figure divided by the floor's (the mean of the two floor runs); the goals
+are <= 2x at (1, 1) and <= 1.2x with overlap. Where rlx's step goes (main-thread calls of the
+loop: trainer step RPC, build_batch, snapshot, checkpoint, metrics line, and the rest: waiting
+for rollouts; background calls: generate, verify, rollout-log append) is printed per config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from timing import Timed, Timings, timed_method  # noqa: E402  (tools/ is not a package)
+
+from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl  # noqa: E402
+from rlx_controller.driver import Driver  # noqa: E402
+from rlx_controller.run_config import RunConfig, loads_run_config  # noqa: E402
+from rlx_controller.services import base_model_dir  # noqa: E402
+from rlx_core.config import to_toml  # noqa: E402
+
+# (label, overrides, goal ratio)
+CONFIGS: list[tuple[str, list[str], float]] = [
+    ("(1,1) lag 1 (demo)", ["staleness.reload=1", "staleness.accept=1"], 2.0),
+    ("(1,1) lag 0 lockstep", ["staleness.reload=1", "staleness.accept=1", "staleness.lag=0"], 2.0),
+    ("(1,2) lag 1", ["staleness.reload=1", "staleness.accept=2"], 1.2),
+    ("(4,8) lag 1", ["staleness.reload=4", "staleness.accept=8"], 1.2),
+]
+MAIN = [  # the loop's own calls, in the order a step makes them
+    "build_batch",
+    "trainer step RPC",
+    "trainer checkpoint RPC",
+    "metrics line",
+    "snapshot",
+    "  of which paramserver pull (params hash)",
+]
+BACKGROUND = [
+    "run_unit",
+    "  worker load_version RPC",
+    "  worker generate RPC",
+    "  verifier RPC",
+    "  rollout log append",
+]
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+class BenchDriver(Driver):
+    """The real Driver, its calls timed; held-out evaluation off (not part of a step)."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, *, timings: Timings, **kw: Any) -> None:
+        super().__init__(cfg, run_dir, **kw)
+        self.timings = timings
+        self.eval_sets = []
+        self.rollouts.append = timings.wrap("  rollout log append", self.rollouts.append)  # type: ignore[method-assign]
+
+    def _connect(self) -> None:
+        super()._connect()
+        t = self.timings
+        self.trainer = Timed(  # type: ignore[assignment]
+            self.trainer,
+            t,
+            {"train_step": "trainer step RPC", "save_checkpoint": "trainer checkpoint RPC"},
+        )
+        self.workers = [  # type: ignore[misc]
+            Timed(
+                w,
+                t,
+                {"load_version": "  worker load_version RPC", "generate": "  worker generate RPC"},
+            )
+            for w in self.workers
+        ]
+        self.verifiers = [Timed(v, t, {"verify": "  verifier RPC"}) for v in self.verifiers]  # type: ignore[misc]
+        self.paramserver = Timed(  # type: ignore[assignment]
+            self.paramserver, t, {"pull": "  of which paramserver pull (params hash)"}
+        )
+
+    build_batch = timed_method("build_batch")(Driver.build_batch)
+    _snapshot = timed_method("snapshot")(Driver._snapshot)
+    _metrics_line = timed_method("metrics line")(Driver._metrics_line)
+    run_unit = timed_method("run_unit")(Driver.run_unit)
+
+
+def run_floor(steps: int, skip: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        str(HERE / "floor.py"),
+        f"--steps={steps}",
+        f"--eval-every={10**9}",
+        "--json",
+    ]
+    t0 = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"floor.py failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if skip != 5:  # floor.py's steady state skips its first 5 steps
+        print(f"  note: floor.py skips 5 steps, not {skip}")
+    return {"s_per_step": result["s_per_step"], "wall_s": time.monotonic() - t0}
+
+
+def demo_cfg(run_dir: Path, steps: int, overrides: list[str]) -> RunConfig:
+    data = run_dir / "data"
+    write_addition_jsonl(data, DEMO_TASK)
+    base = demo_config(str(run_dir), data, base_model_dir())
+    sets = [f"run_dir={run_dir}", f"steps={steps}", *overrides]
+    return loads_run_config(to_toml(base, comments=False), overrides=sets)
+
+
+def run_rlx(label: str, overrides: list[str], steps: int, skip: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rlx-bench-e2e-") as tmp:
+        run_dir = Path(tmp) / "run"
+        cfg = demo_cfg(run_dir, steps, overrides)
+        timings = Timings()
+
+        def log(msg: str) -> None:
+            print(f"  [{label}] {msg}", flush=True)
+
+        driver = BenchDriver(cfg, run_dir, timings=timings, log=log)
+        t0 = time.monotonic()
+        summary = driver.run(resume=False)
+        wall = time.monotonic() - t0
+        records = [
+            json.loads(line)
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
+    step_s = [r["step_s"] for r in records if "step_s" in r and r["step"] > skip]
+    ends = timings.ends("trainer step RPC")
+    if summary.steps != steps or len(ends) != steps or not step_s:
+        raise SystemExit(f"{label}: ran {summary.steps} of {steps} steps")
+    start, end = ends[skip - 1], ends[-1]
+    n = steps - skip
+    parts = timings.breakdown(start, end)
+    main_ms = {c: 1e3 * parts.get((c, True), (0.0, 0))[0] / n for c in MAIN}
+    counted = sum(v for c, v in main_ms.items() if not c.startswith(" "))
+    mean = (end - start) / n
+    main_ms["rest: waiting for rollouts, dispatch"] = 1e3 * mean - counted
+    bg: dict[str, tuple[float, int]] = {}
+    for c in BACKGROUND:
+        secs = sum(parts.get((c, m), (0.0, 0))[0] for m in (True, False))
+        calls = sum(parts.get((c, m), (0.0, 0))[1] for m in (True, False))
+        bg[c] = (secs, calls)
+    return {
+        "label": label,
+        "median": statistics.median(step_s),
+        "mean": mean,
+        "wall_s": wall,
+        "lag": cfg.staleness.effective_lag,
+        "main_ms": main_ms,
+        "background": bg,
+        "steps_in_window": n,
+        "train_s_per_step": summary.train_s_per_step,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--steps", type=int, default=60, help="training steps per run")
+    ap.add_argument("--skip", type=int, default=5, help="first steps left out (warm-up)")
+    ap.add_argument("--only", default="", help="run only configs whose label contains this")
+    args = ap.parse_args()
+    if args.steps <= args.skip + 2:
+        raise SystemExit(f"--steps ({args.steps}) must exceed --skip ({args.skip}) by 3 or more")
+    print(f"uptime before: {uptime()}", flush=True)
+    t_all = time.monotonic()
+    floors = []
+    print(f"floor ({args.steps} steps) ...", flush=True)
+    floors.append(run_floor(args.steps, args.skip))
+    print(f"  floor: {floors[-1]['s_per_step']:.4f} s/step", flush=True)
+    rows = []
+    for label, overrides, goal in CONFIGS:
+        if args.only and args.only not in label:
+            continue
+        print(f"rlx {label} ({args.steps} steps) ...", flush=True)
+        r = run_rlx(label, overrides, args.steps, args.skip)
+        r["goal"] = goal
+        rows.append(r)
+        print(f"  {label}: {r['median']:.4f} s/step (median), {r['wall_s']:.0f} s wall", flush=True)
+    print(f"floor again ({args.steps} steps) ...", flush=True)
+    floors.append(run_floor(args.steps, args.skip))
+    print(f"  floor: {floors[-1]['s_per_step']:.4f} s/step", flush=True)
+    floor = statistics.mean(f["s_per_step"] for f in floors)
+
+    print()
+    print(
+        f"e2e on the demo (B 32, G 8): steady-state s/step, median of steps {args.skip + 1}-"
+        f"{args.steps}; floor = mean of " + " and ".join(f"{f['s_per_step']:.4f}" for f in floors)
+    )
+    print(f"{'config':<24}{'s/step':>9}{'mean':>9}{'x floor':>9}  goal      ")
+    print(f"{'floor (single process)':<24}{floor:>9.4f}{'':>9}{1.0:>9.2f}")
+    for r in rows:
+        ratio = r["median"] / floor
+        met = "met" if ratio <= r["goal"] else "NOT met"
+        print(
+            f"{r['label']:<24}{r['median']:>9.4f}{r['mean']:>9.4f}{ratio:>9.2f}  "
+            f"<= {r['goal']:.1f}x {met}"
+        )
+    print()
+    print("where rlx's step goes (ms per step, steady-state window; main = the loop's thread)")
+    width = max(len(c) for c in [*MAIN, *BACKGROUND, "rest: waiting for rollouts, dispatch"])
+    print(f"{'main thread':<{width}}" + "".join(f"{r['label'][:20]:>22}" for r in rows))
+    keys = [*MAIN, "rest: waiting for rollouts, dispatch"]
+    for c in keys:
+        print(f"{c:<{width}}" + "".join(f"{r['main_ms'][c]:>22.1f}" for r in rows))
+    print(f"{'= mean s/step x 1000':<{width}}" + "".join(f"{1e3 * r['mean']:>22.1f}" for r in rows))
+    print(f"{'background (ms/call; calls)':<{width}}")
+    for c in BACKGROUND:
+        cells = []
+        for r in rows:
+            secs, calls = r["background"][c]
+            cells.append(f"{1e3 * secs / calls:.1f} ({calls})" if calls else "-")
+        print(f"{c:<{width}}" + "".join(f"{x:>22}" for x in cells))
+    print()
+    print(f"total {time.monotonic() - t_all:.0f} s")
+    print(f"uptime after: {uptime()}")
+
+
+if __name__ == "__main__":
+    main()

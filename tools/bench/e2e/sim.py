@@ -1,0 +1,445 @@
+"""Scaling simulation: the real controller loop with 1 ... 1024 simulated inference workers.
+
+    uv run python tools/bench/e2e/sim.py [--workers 1,8,64,512,1024] [--steps 8] [--skip 3]
+
+rlx_controller's Driver runs unchanged (schedule, prompt mixture, thread pool, rollout log in a
+temp run directory, build_batch, snapshots at every reload boundary, metrics lines); only its
+services are replaced by in-process simulated clients with the methods it calls (trainer: init,
+train_step, save_checkpoint; inference: load_version, generate; verifier: verify; paramserver:
+pull) whose latency follows a model, no JAX. Weak scaling: with W workers a batch is W work units
+of one prompt × G samples (batch.prompts = W, prompts_per_unit = 1), one unit per worker.
+Rollout throughput (units per second in the steady state, the first `skip` steps left out) is
+compared with ideal linear scaling of the 1-worker figure: efficiency = X(W) / (W × X(1)).
+
+The latency model (RLAX-like: generation dominates, seconds per unit; all times scale with
+--time-scale):
+  - generate: gen_s × (1 + ε) per unit, ε ~ N(0, jitter) from a seeded RNG per unit id, clipped to
+    ±4 σ (a worker decodes its unit's sequences as one batch, and a unit's total token count
+    varies little); responses of 8-64 tokens per sample are returned (the log and batch sizes the
+    controller handles); load_version: load_s when the version changes.
+  - verify: verify_s per sample; train_step: train_s; save_checkpoint: ckpt_s; pull: pull_s.
+All sleeps release the GIL, so what competes for the controller's one Python core is the
+controller's own work (and the simulated clients' small bookkeeping, measured apart).
+
+Where the time goes is measured per call (wall and thread CPU time, time.thread_time): the loop's
+main-thread calls per step, and per unit the controller's CPU in run_unit outside the simulated
+clients (prompt encoding, VerifySample construction, payload, rollout-log append).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from timing import Timed, Timings, timed_method  # noqa: E402  (tools/ is not a package)
+
+from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl  # noqa: E402
+from rlx_controller.driver import EOS, Driver  # noqa: E402
+from rlx_controller.run_config import RunConfig, loads_run_config  # noqa: E402
+from rlx_core.clients import GenerateResult, StepResult, TrainBatch  # noqa: E402
+from rlx_core.clients import WorkUnit as GenUnit  # noqa: E402
+from rlx_core.clients.inference import LoadResult, Rollout  # noqa: E402
+from rlx_core.clients.trainer import InitResult  # noqa: E402
+from rlx_core.clients.verifier import SampleResult, VerifySample  # noqa: E402
+from rlx_core.config import to_toml  # noqa: E402
+from rlx_core.errors import FailedPrecondition  # noqa: E402
+
+__all__ = ["LatencyModel", "SimDriver", "main", "simulate"]
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Seconds each simulated call takes (before --time-scale)."""
+
+    gen_s: float = 4.0  # generation of one unit (G samples of one prompt on one worker)
+    jitter: float = 0.02  # relative standard deviation of a unit's generation time
+    load_s: float = 0.1  # a worker swapping in a new weight version
+    verify_s: float = 0.002  # judging one sample (math answer rule)
+    train_s: float = 2.0  # one trainer step (gradient update + push to the paramserver)
+    ckpt_s: float = 0.5  # a trainer checkpoint
+    pull_s: float = 0.05  # pulling a version for the snapshot's params hash
+    min_tokens: int = 8  # response lengths returned, uniform in [min_tokens, max_new_tokens]
+    seed: int = 0
+
+    def scaled(self, k: float) -> LatencyModel:
+        return replace(
+            self,
+            gen_s=self.gen_s * k,
+            load_s=self.load_s * k,
+            verify_s=self.verify_s * k,
+            train_s=self.train_s * k,
+            ckpt_s=self.ckpt_s * k,
+            pull_s=self.pull_s * k,
+        )
+
+    def rng(self, key: str) -> np.random.Generator:
+        return np.random.default_rng([self.seed, zlib.crc32(key.encode())])
+
+    def gen_time(self, unit_id: str) -> float:
+        eps = float(self.rng(unit_id).normal(0.0, self.jitter))
+        return self.gen_s * (1.0 + max(-4 * self.jitter, min(eps, 4 * self.jitter)))
+
+
+class _Clock:
+    """CPU time the simulated clients spend on bookkeeping (to tell it from the controller's)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cpu: dict[str, float] = {}
+
+    def add(self, what: str, c0: float) -> None:
+        dt = time.thread_time() - c0
+        with self.lock:
+            self.cpu[what] = self.cpu.get(what, 0.0) + dt
+
+
+class SimWorker:
+    def __init__(self, index: int, model: LatencyModel, clock: _Clock) -> None:
+        self.index, self.model, self.clock = index, model, clock
+        self.loaded: int | None = None
+
+    def load_version(self, version: int, *, force: bool = False, timeout: Any = None) -> LoadResult:
+        previous = self.loaded
+        if previous != version or force:
+            time.sleep(self.model.load_s)
+            self.loaded = version
+        return LoadResult(version=version, previous=previous, pull_s=self.model.load_s, nbytes=0)
+
+    def generate(self, unit: GenUnit, *, timeout: Any = None) -> GenerateResult:
+        if unit.version != self.loaded:
+            raise FailedPrecondition(f"worker has {self.loaded} loaded, unit needs {unit.version}")
+        time.sleep(self.model.gen_time(unit.unit_id))
+        c0 = time.thread_time()
+        rng = self.model.rng("tokens/" + unit.unit_id)
+        G = unit.samples_per_prompt
+        n = len(unit.prompts) * G
+        lengths = rng.integers(self.model.min_tokens, unit.max_new_tokens + 1, n)
+        digits = rng.integers(48, 58, int(lengths.sum()))  # ASCII digits: a number to judge
+        rollouts, at = [], 0
+        for i in range(n):
+            k = int(lengths[i])
+            toks = (*digits[at : at + k - 1].tolist(), EOS)
+            at += k - 1
+            logp = (-0.5,) * k
+            rollouts.append(
+                Rollout(
+                    prompt_index=i // G,
+                    sample_index=i % G,
+                    token_ids=toks,
+                    sampler_logprobs=logp,
+                    model_logprobs=logp,
+                    finish_reason="stop",
+                    versions=(unit.version,) * k,
+                )
+            )
+        out = GenerateResult(
+            unit_id=unit.unit_id,
+            version=unit.version,
+            rollouts=tuple(rollouts),
+            generated_tokens=int(lengths.sum()),
+            elapsed_s=self.model.gen_s,
+        )
+        self.clock.add("generate", c0)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class SimVerifier:
+    def __init__(self, model: LatencyModel, clock: _Clock) -> None:
+        self.model, self.clock = model, clock
+
+    def verify(self, samples: Any, *, timeout: Any = None) -> list[SampleResult]:
+        samples = list(samples)
+        time.sleep(self.model.verify_s * len(samples))
+        c0 = time.thread_time()
+        out = []
+        for s in samples:
+            assert isinstance(s, VerifySample)
+            right = zlib.crc32(s.sample_id.encode()) % 2 == 0  # half right: groups teach
+            out.append(
+                SampleResult(
+                    sample_id=s.sample_id, status="AC" if right else "WA", score=float(right)
+                )
+            )
+        self.clock.add("verify", c0)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class SimTrainer:
+    def __init__(self, model: LatencyModel) -> None:
+        self.model = model
+        self.step = 0
+
+    def init(self, **kw: Any) -> InitResult:
+        self.step = int(kw.get("step") or 0)
+        return InitResult(step=self.step, version=self.step, num_params=0, model="sim")
+
+    def train_step(self, batch: TrainBatch, *, expected_step: int | None = None) -> StepResult:
+        if expected_step is not None and expected_step != self.step:
+            raise FailedPrecondition(f"trainer at step {self.step}, expected {expected_step}")
+        time.sleep(self.model.train_s)
+        self.step += 1
+        return StepResult(self.step, self.step, {"loss": 0.0})
+
+    def save_checkpoint(self) -> tuple[int, str]:
+        time.sleep(self.model.ckpt_s)
+        return self.step, f"sim://checkpoints/{self.step}"
+
+    def close(self) -> None:
+        pass
+
+
+class SimParamServer:
+    def __init__(self, model: LatencyModel) -> None:
+        self.model = model
+
+    def pull(self, version: int | None = None, **kw: Any) -> tuple[int, dict[str, np.ndarray]]:
+        time.sleep(self.model.pull_s)
+        v = version or 0
+        return v, {"w": np.full(4, v, np.float32)}
+
+    def close(self) -> None:
+        pass
+
+
+class SimDriver(Driver):
+    """The real Driver with simulated services (in-process clients, latency model)."""
+
+    def __init__(
+        self, cfg: RunConfig, run_dir: Path, *, model: LatencyModel, timings: Timings, **kw: Any
+    ) -> None:
+        super().__init__(cfg, run_dir, **kw)
+        self.model = model
+        self.timings = timings
+        self.clock = _Clock()
+        self.eval_sets = []  # held-out evaluation is not rollout throughput
+        self.rollouts.append = timings.wrap("rollout log append", self.rollouts.append)  # type: ignore[method-assign]
+
+    def _start_services(self) -> None:  # seam: no RunServices, in-process clients
+        self.services = None
+        self._connect()
+
+    def _connect(self) -> None:
+        t, m = self.timings, self.model
+        n = self.cfg.services.inference_workers
+        self.trainer = Timed(  # type: ignore[assignment]
+            SimTrainer(m),
+            t,
+            {"train_step": "trainer step", "save_checkpoint": "trainer checkpoint"},
+        )
+        self.workers = [  # type: ignore[misc]
+            Timed(
+                SimWorker(i, m, self.clock),
+                t,
+                {"load_version": "worker load_version", "generate": "worker generate"},
+            )
+            for i in range(n)
+        ]
+        verifiers = max(1, self.cfg.services.verifier_workers)
+        self.verifiers = [  # type: ignore[misc]
+            Timed(SimVerifier(m, self.clock), t, {"verify": "verifier"}) for _ in range(verifiers)
+        ]
+        self.paramserver = Timed(SimParamServer(m), t, {"pull": "paramserver pull"})  # type: ignore[assignment]
+        self._worker_locks = [threading.Lock() for _ in self.workers]
+
+    build_batch = timed_method("build_batch")(Driver.build_batch)
+    _snapshot = timed_method("snapshot")(Driver._snapshot)
+    _metrics_line = timed_method("metrics line")(Driver._metrics_line)
+    run_unit = timed_method("run_unit")(Driver.run_unit)
+    _gen_unit = timed_method("_gen_unit")(Driver._gen_unit)
+
+
+def sim_config(run_dir: Path, data_dir: Path, workers: int, steps: int, max_new: int) -> RunConfig:
+    base = demo_config(str(run_dir), data_dir, "")
+    sets = [
+        f"run_dir={run_dir}",
+        f"steps={steps}",
+        f"batch.prompts={workers}",
+        "batch.prompts_per_unit=1",
+        f"batch.max_new_tokens={max_new}",
+        f"services.inference_workers={workers}",
+        "services.verifier_workers=1",
+    ]
+    return loads_run_config(to_toml(base, comments=False), overrides=sets)
+
+
+def simulate(
+    workers: int,
+    *,
+    steps: int,
+    skip: int,
+    model: LatencyModel,
+    data_dir: Path,
+    max_new: int = 64,
+    tmp_root: str | None = None,
+    log: Any = None,
+) -> dict[str, Any]:
+    """One size: the real Driver with `workers` simulated workers for `steps` steps."""
+    with tempfile.TemporaryDirectory(prefix="rlx-sim-", dir=tmp_root) as tmp:
+        run_dir = Path(tmp) / "run"
+        cfg = sim_config(run_dir, data_dir, workers, steps, max_new)
+        timings = Timings()
+        driver = SimDriver(cfg, run_dir, model=model, timings=timings, log=log or (lambda _m: None))
+        t0 = time.monotonic()
+        summary = driver.run(resume=False)
+        wall = time.monotonic() - t0
+        log_bytes = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
+        logged = driver.rollouts.unit_ids()
+        records = [
+            json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+        ]
+    ends = timings.ends("trainer step")
+    if summary.steps != steps or len(ends) != steps:
+        raise RuntimeError(f"{workers} workers: ran {summary.steps} of {steps} steps")
+    start, end = ends[skip - 1], ends[-1]
+    n = steps - skip
+    units = workers * n  # one unit per worker per batch
+    G = cfg.batch.group_size
+    cpu = timings.cpu(start, end)
+    parts = timings.breakdown(start, end)
+    return {
+        "workers": workers,
+        "units_per_s": units / (end - start),
+        "samples_per_s": units * G / (end - start),
+        "s_per_step": (end - start) / n,
+        "wall_s": wall,
+        "cpu": cpu,
+        "parts": parts,
+        "units": units,
+        "steps": n,
+        "sim_cpu": dict(driver.clock.cpu),
+        "run_dir_bytes": log_bytes,
+        "logged_units": logged,
+        "metrics": records,
+    }
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def _ms(x: float) -> str:
+    return f"{1e3 * x:.2f}"
+
+
+def main() -> None:  # noqa: PLR0915  (one report, top to bottom)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--workers", default="1,8,64,512,1024")
+    ap.add_argument("--steps", type=int, default=8, help="training steps per size")
+    ap.add_argument("--skip", type=int, default=3, help="first steps left out")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="multiplies every latency")
+    ap.add_argument("--jitter", type=float, default=LatencyModel.jitter)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.workers.split(",")]
+    model = replace(LatencyModel(), jitter=args.jitter).scaled(args.time_scale)
+    print(f"uptime before: {uptime()}")
+    print(
+        f"latency model: generate {model.gen_s:.2f} s/unit (1 prompt x G 8, N(0, {model.jitter}) "
+        f"relative jitter), load_version {model.load_s:.2f} s, verify "
+        f"{1e3 * model.verify_s:.1f} ms/sample, train_step {model.train_s:.2f} s, checkpoint "
+        f"{model.ckpt_s:.2f} s, pull {model.pull_s:.2f} s; responses "
+        f"{model.min_tokens}-{args.max_new_tokens} tokens; (j, k) = (1, 1), lag 1"
+    )
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    t_all = time.monotonic()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rlx-sim-data-") as data:
+        write_addition_jsonl(data, DEMO_TASK)
+        for w in sizes:
+            print(f"{w} workers ({args.steps} steps) ...", flush=True)
+            r = simulate(
+                w,
+                steps=args.steps,
+                skip=args.skip,
+                model=model,
+                data_dir=Path(data),
+                max_new=args.max_new_tokens,
+                tmp_root=shm,
+            )
+            rows.append(r)
+            print(
+                f"  {r['units_per_s']:.2f} units/s, {r['s_per_step']:.3f} s/step, "
+                f"{r['wall_s']:.0f} s wall",
+                flush=True,
+            )
+    base = rows[0]["units_per_s"] / rows[0]["workers"]
+    print()
+    print(
+        f"weak scaling: units per batch = workers, steady state = steps {args.skip + 1}-"
+        f"{args.steps}; ideal = workers x the {rows[0]['workers']}-worker figure per worker"
+    )
+    print(
+        f"{'workers':>8}{'units/s':>10}{'samples/s':>11}{'ideal':>10}{'efficiency':>12}"
+        f"{'s/step':>9}"
+    )
+    for r in rows:
+        ideal = base * r["workers"]
+        print(
+            f"{r['workers']:>8}{r['units_per_s']:>10.2f}{r['samples_per_s']:>11.1f}"
+            f"{ideal:>10.2f}{r['units_per_s'] / ideal:>11.1%} {r['s_per_step']:>8.3f}"
+        )
+    last = rows[-1]
+    eff = last["units_per_s"] / (base * last["workers"])
+    print(
+        f"goal: >= 95% at {last['workers']} workers: {eff:.1%} "
+        + ("met" if eff >= 0.95 else "NOT met")
+    )
+    print()
+    print("controller cost (steady-state window): per step on the loop's thread, wall (CPU) ms")
+    cats = ["build_batch", "trainer step", "trainer checkpoint", "metrics line", "snapshot"]
+    print(f"{'':<22}" + "".join(f"{r['workers']:>18}" for r in rows))
+    for c in cats:
+        cells = []
+        for r in rows:
+            cpu, wall, _ = r["cpu"].get(c, (0.0, 0.0, 0))
+            cells.append(f"{_ms(wall / r['steps'])} ({_ms(cpu / r['steps'])})")
+        print(f"{c:<22}" + "".join(f"{x:>18}" for x in cells))
+    print("per unit, wall (CPU) ms; controller = run_unit minus the simulated clients")
+    ucats = ["run_unit", "_gen_unit", "worker generate", "verifier", "rollout log append"]
+    for c in ucats:
+        cells = []
+        for r in rows:
+            cpu, wall, k = r["cpu"].get(c, (0.0, 0.0, 0))
+            cells.append(f"{_ms(wall / k)} ({_ms(cpu / k)})" if k else "-")
+        print(f"{c:<22}" + "".join(f"{x:>18}" for x in cells))
+    cells = []
+    for r in rows:
+        ru = r["cpu"].get("run_unit", (0.0, 0.0, 0))
+        sim = sum(r["cpu"].get(c, (0.0, 0.0, 0))[0] for c in ("worker generate", "verifier"))
+        cells.append(f"{_ms((ru[0] - sim) / max(1, ru[2]))} CPU")
+    print(f"{'controller per unit':<22}" + "".join(f"{x:>18}" for x in cells))
+    cells = []
+    for r in rows:
+        ru = r["cpu"].get("run_unit", (0.0, 0.0, 0))
+        sim = sum(r["cpu"].get(c, (0.0, 0.0, 0))[0] for c in ("worker generate", "verifier"))
+        main = sum(r["cpu"].get(c, (0.0, 0.0, 0))[0] for c in cats)
+        cells.append(f"{(ru[0] - sim + main) / r['steps']:.3f} s")
+    print(f"{'controller CPU/step':<22}" + "".join(f"{x:>18}" for x in cells))
+    print()
+    print(f"total {time.monotonic() - t_all:.0f} s")
+    print(f"uptime after: {uptime()}")
+
+
+if __name__ == "__main__":
+    main()
