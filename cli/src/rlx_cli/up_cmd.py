@@ -3,12 +3,13 @@
 rlx up                                  # the built-in demo (2-digit addition), run dir ./rlx-run
 rlx up CONFIG.toml --run-dir DIR --set steps=50
 rlx resume DIR                          # continue from the newest snapshot that verifies
-rlx status DIR [--json]                 # from another terminal
-rlx down DIR                            # stop the run's services
+rlx status DIR [--json]                 # from another terminal: components, versions, ETA
+rlx down DIR                            # SIGTERM the controller (it snapshots), stop services
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,11 +23,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from rlx_core.errors import RlxError
+from rlx_core.errors import NotFound, RlxError
 
 __all__ = ["register"]
 
 console = Console(stderr=True)
+
+STATUS_TIMEOUT_S = 3.0  # per inference worker asked by `rlx status`
+ETA_WINDOW = 20  # steps whose median time sets the ETA
 
 
 def _fail(message: str) -> None:
@@ -116,13 +120,30 @@ def _drive(cfg: Any, run_dir: Path, resume: bool) -> None:
         _fail(f"{type(e).__name__}: {e}")
     finally:
         log_file.close()
-    before, after = summary.heldout_before, summary.heldout_after
+    _finish(summary, run_dir)
+
+
+def _finish(summary: Any, run_dir: Path) -> None:
+    """Write the run's plot and print the final summary (stdout, one item per line)."""
+    from rlx_cli.plot_cmd import write_plot
+
+    try:
+        plot: str = str(write_plot(run_dir))
+    except (RlxError, OSError) as e:  # a run stopped before its first step has nothing to plot
+        plot = f"none ({e})"
     fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     state = "stopped" if summary.stopped else "finished"
+    before, after = fmt(summary.heldout_before), fmt(summary.heldout_after)
+    more = f"  continue with: rlx resume {run_dir}\n" if summary.stopped else ""
     typer.echo(
-        f"rlx: {state} at step {summary.steps}; held-out accuracy {fmt(before)} -> {fmt(after)}; "
-        f"{summary.train_s_per_step:.3f} s per train step (median), wall {summary.wall_s:.0f} s; "
-        f"params {summary.params_hash[:16]}; run dir {run_dir}"
+        f"rlx: {state} at step {summary.steps}; held-out accuracy {before} -> {after}\n"
+        f"  steps              {summary.steps}\n"
+        f"  wall time          {summary.wall_s:.0f} s "
+        f"({summary.train_s_per_step:.3f} s per train step, median)\n"
+        f"  params hash        {summary.params_hash}\n"
+        f"  plot               {plot}\n"
+        f"  run dir            {run_dir}\n{more}",
+        nl=False,
     )
 
 
@@ -167,77 +188,240 @@ def _alive(pid: int) -> bool:
     return stat[2] != "Z"
 
 
-def status(
-    run: Path = typer.Argument(..., help="The run directory."),
-    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
-    """Components, step, last snapshot and held-out accuracy of RUN (from any terminal)."""
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def _controller_pid(run: Path) -> int | None:
+    """The pid in `run/controller.pid` while that process is alive and is an rlx controller (a
+    stale file may name a pid the system has since given to another program)."""
+    try:
+        pid = int((run / "controller.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _alive(pid) and b"rlx" in _cmdline(pid) else None
+
+
+def _worker_status(address: str, token_file: Path) -> dict[str, Any]:
+    from rlx_core.clients import InferenceClient
+
+    client = InferenceClient(address, token_file=str(token_file))
+    try:
+        s = client.status(timeout=STATUS_TIMEOUT_S)
+    except RlxError as e:
+        return {"loaded_version": None, "error": f"{type(e).__name__}: {e}"}
+    finally:
+        client.close()
+    return {
+        "loaded_version": s.loaded_version,
+        "queue_depth": s.queue_depth,
+        "active": s.active,
+        "units_done": s.units_done,
+        "tokens_per_s": s.tokens_per_s,
+    }
+
+
+def _eta(records: list[dict[str, Any]], steps: int | None) -> dict[str, Any]:
+    """Seconds per step (median of the last ETA_WINDOW steps) and the seconds left at that pace."""
+    times = [r["step_s"] for r in records if isinstance(r.get("step_s"), (int, float))]
+    recent = sorted(times[-ETA_WINDOW:])
+    if not recent:
+        return {"s_per_step": None, "eta_s": None}
+    median = recent[len(recent) // 2]
+    step = max((r["step"] for r in records), default=0)
+    left = None if steps is None else max(0, steps - step) * median
+    return {"s_per_step": median, "eta_s": left}
+
+
+def run_status(run: Path) -> dict[str, Any]:
+    """Everything `rlx status RUN` shows, as plain data (the `--json` output)."""
+    import tomllib
+
+    from rlx_cli.plot_cmd import read_metrics
     from rlx_controller.providers.local import read_services
     from rlx_controller.snapshot import SnapshotStore
     from rlx_core.storage import open_storage
 
-    run = run.resolve()
-    services = {
-        n: {"pid": h.pid, "address": h.address, "alive": _alive(h.pid), "restarts": h.restarts}
-        for n, h in read_services(run).items()
+    if not run.is_dir():
+        raise NotFound(f"{run}: no such run directory")
+    steps: int | None = None
+    with contextlib.suppress(OSError, tomllib.TOMLDecodeError):
+        steps = tomllib.loads((run / "config.toml").read_text()).get("steps")
+    services: dict[str, Any] = {}
+    workers: dict[str, Any] = {}
+    for name, h in sorted(read_services(run).items()):
+        alive = _alive(h.pid) and f"rlx_{h.kind}.server".encode() in _cmdline(h.pid)
+        services[name] = {
+            "kind": h.kind,
+            "pid": h.pid,
+            "address": h.address,
+            "alive": alive,
+            "restarts": h.restarts,
+            "log": h.log,
+        }
+        if h.kind == "inference":
+            workers[name] = (
+                _worker_status(h.address, run / "token")
+                if alive
+                else {"loaded_version": None, "error": "not running"}
+            )
+    try:
+        records = read_metrics(run)
+    except NotFound:
+        records = []
+    trained = [r for r in records if r["step"] > 0]
+    staleness: dict[str, int] = {}
+    for r in trained:
+        if isinstance(r.get("staleness"), int):
+            key = str(r["staleness"])
+            staleness[key] = staleness.get(key, 0) + 1
+    heldout = {
+        str(r["step"]): r["heldout"] for r in records if isinstance(r.get("heldout"), (int, float))
     }
-    pid_file = run / "controller.pid"
-    controller = int(pid_file.read_text()) if pid_file.exists() else None
-    last: dict[str, Any] = {}
-    heldout: dict[int, float] = {}
-    staleness: dict[int, int] = {}
-    metrics = run / "metrics.jsonl"
-    if metrics.exists():
-        for line in metrics.read_text().splitlines():
-            rec = json.loads(line)
-            last = rec
-            if rec.get("heldout") is not None:
-                heldout[rec["step"]] = rec["heldout"]
-            if "staleness" in rec:
-                staleness[rec["staleness"]] = staleness.get(rec["staleness"], 0) + 1
     snap = SnapshotStore(open_storage(str(run))).latest()
-    out: dict[str, Any] = {
-        "controller": {"pid": controller, "alive": controller is not None and _alive(controller)},
+    pid = _controller_pid(run)
+    last = trained[-1] if trained else {}
+    return {
+        "run": str(run),
+        "controller": {"pid": pid, "alive": pid is not None},
         "services": services,
-        "step": last.get("step"),
+        "workers": workers,
+        "step": last.get("step", 0),
+        "steps": steps,
         "reward": last.get("reward"),
         "heldout": heldout,
         "staleness": staleness,
-        "last_snapshot": None if snap is None else {"step": snap.step, "reason": snap.reason},
+        **_eta(trained, steps),
+        "last_snapshot": None
+        if snap is None
+        else {
+            "step": snap.step,
+            "version": snap.version,
+            "reason": snap.reason,
+            "created_unix": snap.created_unix,
+        },
     }
+
+
+def _hms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    m, s = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def status(
+    run: Path = typer.Argument(..., help="The run directory."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead."),
+) -> None:
+    """Components, loaded version per inference worker, step and ETA, staleness histogram and
+    last snapshot of RUN (from any terminal; dead components are shown, not errors)."""
+    try:
+        out = run_status(run.resolve())
+    except RlxError as e:
+        _fail(str(e))
     if json_output:
         typer.echo(json.dumps(out, sort_keys=True))
         return
-    table = Table(title=f"rlx run {run}")
-    table.add_column("component")
-    table.add_column("state")
-    c: dict[str, Any] = out["controller"]
-    table.add_row("controller", f"pid {c['pid']} {'alive' if c['alive'] else 'not running'}")
-    for name, s in sorted(services.items()):
-        state = "alive" if s["alive"] else "dead"
-        table.add_row(name, f"{state} {s['address']} (restarts {s['restarts']})")
-    table.add_row("step", str(out["step"]))
-    table.add_row("held-out", ", ".join(f"{k}: {v:.3f}" for k, v in sorted(heldout.items())))
-    table.add_row("staleness", ", ".join(f"{k}: {v}" for k, v in sorted(staleness.items())))
-    table.add_row("last snapshot", json.dumps(out["last_snapshot"]))
+    table = Table(title=f"rlx run {out['run']}", show_header=False)
+    table.add_column("k", style="bold")
+    table.add_column("v")
+    c = out["controller"]
+    table.add_row("controller", f"pid {c['pid']} alive" if c["alive"] else "not running")
+    for name, s in out["services"].items():
+        state = "[green]alive[/green]" if s["alive"] else "[red]dead[/red]"
+        extra = ""
+        if name in out["workers"]:
+            w = out["workers"][name]
+            extra = f", version {w['loaded_version']}" if "error" not in w else f", {w['error']}"
+        table.add_row(
+            name, f"{state} {s['address']} pid {s['pid']} restarts {s['restarts']}{extra}"
+        )
+    total = out["steps"] if out["steps"] is not None else "?"
+    table.add_row("step", f"{out['step']} / {total}")
+    s_per_step = out["s_per_step"]
+    pace = "-" if s_per_step is None else f"{s_per_step:.2f} s/step"
+    table.add_row("ETA", f"{_hms(out['eta_s'])} ({pace})")
+    if out["reward"] is not None:
+        table.add_row("reward", f"{out['reward']:.3f}")
+    heldout = sorted(out["heldout"].items(), key=lambda kv: int(kv[0]))
+    table.add_row("held-out", ", ".join(f"{k}: {v:.3f}" for k, v in heldout[-6:]) or "-")
+    hist = sorted(out["staleness"].items(), key=lambda kv: int(kv[0]))
+    table.add_row("staleness", ", ".join(f"{k}: {v} steps" for k, v in hist) or "-")
+    snap = out["last_snapshot"]
+    table.add_row(
+        "last snapshot",
+        "-"
+        if snap is None
+        else f"step {snap['step']} ({snap['reason']}, "
+        f"{time.strftime('%H:%M:%S', time.localtime(snap['created_unix']))})",
+    )
     Console().print(table)
 
 
-def down(run: Path = typer.Argument(..., help="The run directory.")) -> None:
-    """Stop RUN: SIGTERM the controller (it snapshots), then stop any service left running."""
-    from rlx_controller.services import kill_stale_services
+def _stop_services(run: Path, grace_s: float) -> list[str]:
+    """SIGTERM the process group of every live service of RUN, SIGKILL what is left after
+    `grace_s`; return the names stopped. Only processes whose command line names the service's
+    module are touched."""
+    from rlx_controller.providers.local import read_services
 
-    run = run.resolve()
-    pid_file = run / "controller.pid"
-    if pid_file.exists():
-        pid = int(pid_file.read_text())
+    live = {
+        name: h.pid
+        for name, h in read_services(run).items()
+        if _alive(h.pid) and f"rlx_{h.kind}.server".encode() in _cmdline(h.pid)
+    }
+    for pid in live.values():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(_alive(p) for p in live.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in live.values():
         if _alive(pid):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 60
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-    killed = kill_stale_services(run, log=typer.echo)
-    typer.echo(f"rlx: {run} is down ({len(killed)} services stopped)")
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+    return sorted(live)
+
+
+def down(
+    run: Path = typer.Argument(..., help="The run directory."),
+    timeout_s: float = typer.Option(
+        120.0, "--timeout", help="Seconds to wait for the controller's snapshot before SIGKILL."
+    ),
+) -> None:
+    """Stop RUN: SIGTERM the controller (it writes a snapshot and stops its services), then stop
+    any service still running. Safe to repeat; `rlx resume RUN` continues the run."""
+    run = run.resolve()
+    if not run.is_dir():
+        _fail(f"{run}: no such run directory")
+    pid = _controller_pid(run)
+    if pid is not None:
+        typer.echo(
+            f"rlx: stopping the controller (pid {pid}); it writes a snapshot first", err=True
+        )
+        os.kill(pid, signal.SIGTERM)
+        start = time.monotonic()
+        next_note = start + 10
+        while _alive(pid) and time.monotonic() - start < timeout_s:
+            time.sleep(0.2)
+            if time.monotonic() >= next_note:
+                typer.echo(
+                    f"rlx: waiting for the controller ({time.monotonic() - start:.0f} s)", err=True
+                )
+                next_note += 10
+        if _alive(pid):
+            typer.echo(f"rlx: controller still running after {timeout_s:.0f} s: SIGKILL", err=True)
+            os.kill(pid, signal.SIGKILL)
+    stopped = _stop_services(run, grace_s=10.0)
+    if pid is None and not stopped:
+        typer.echo(f"rlx: {run} is already down")
+        return
+    left = f"; services stopped here: {', '.join(stopped)}" if stopped else ""
+    typer.echo(f"rlx: {run} is down{left}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,115 @@
+"""`rlx status` and `rlx down` from another terminal against a live `rlx up` run of real service
+processes: what status reports, and that down leaves a SIGTERM snapshot and no process behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlx_controller.providers.local import read_services
+from rlx_controller.snapshot import SnapshotStore
+from rlx_core.storage import open_storage
+
+STEPS = 40
+SETS = [
+    f"steps={STEPS}",
+    "batch.prompts=8",
+    "batch.group_size=4",
+    "eval.max_prompts=16",
+    "eval.every=100",
+]
+CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
+
+
+def _rlx(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _steps_done(run: Path) -> int:
+    path = run / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    lines = [x for x in path.read_text().split("\n") if x.strip()]
+    return max((json.loads(x)["step"] for x in lines[:-1]), default=0)  # last may be in flight
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(420)
+def test_status_then_down_of_a_live_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    sets = [x for s in SETS for x in ("--set", s)]
+    up = subprocess.Popen(
+        [*CLI, "up", "--run-dir", str(run), *sets],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while _steps_done(run) < 2:
+            assert up.poll() is None, up.communicate()[0].decode(errors="replace")
+            assert time.monotonic() < deadline, "rlx up made no 2 steps"
+            time.sleep(0.1)
+
+        result = _rlx("status", str(run), "--json")
+        assert result.returncode == 0, result.stderr
+        status = json.loads(result.stdout)
+        controller_pid = int((run / "controller.pid").read_text())
+        assert status["controller"] == {"pid": controller_pid, "alive": True}
+        services = status["services"]
+        assert set(services) == {"paramserver-0", "trainer", "inference-0", "verifier-0"}
+        assert all(s["alive"] for s in services.values()), services
+        assert {n: s["pid"] for n, s in services.items()} == {
+            n: h.pid for n, h in read_services(run).items()
+        }
+        worker = status["workers"]["inference-0"]
+        assert "error" not in worker, worker
+        assert isinstance(worker["loaded_version"], int)
+        assert 0 <= worker["loaded_version"] <= status["step"] + 1
+        assert 2 <= status["step"] < STEPS and status["steps"] == STEPS
+        assert status["eta_s"] > 0 and status["s_per_step"] > 0
+        assert sum(status["staleness"].values()) >= 2
+        assert "0" in status["heldout"]  # the base model's accuracy, before step 1
+
+        pids = [controller_pid, *(s["pid"] for s in services.values())]
+        result = _rlx("down", str(run))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "is down" in result.stdout
+        out, _ = up.communicate(timeout=60)
+        text = out.decode(errors="replace")
+        assert "stopped at step" in text, text
+        assert f"plot               {run / 'plot.png'}" in text
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+            _rlx("down", str(run))
+    assert not [p for p in pids if _alive(p)]
+
+    snap = SnapshotStore(open_storage(str(run))).latest()
+    assert snap is not None and snap.reason == "sigterm"
+    listed = _rlx("snapshot", "list", str(run))
+    assert listed.returncode == 0, listed.stderr
+    assert "sigterm" in listed.stdout
+
+    again = _rlx("down", str(run))
+    assert again.returncode == 0 and "already down" in again.stdout
+    after = json.loads(_rlx("status", str(run), "--json").stdout)
+    assert after["controller"]["alive"] is False
+    assert not any(s["alive"] for s in after["services"].values())
+    assert after["last_snapshot"]["reason"] == "sigterm"
+    assert all(w["loaded_version"] is None for w in after["workers"].values())
