@@ -4,6 +4,11 @@ serving loop behind each `rlx-NAME` console script.
 The loop prints the bound address (`127.0.0.1:PORT`) as the first line of stdout, so a parent
 process can read it; logs go to stderr. SIGTERM, SIGINT and the Shutdown RPC drain the server,
 let in-flight calls finish for `grace_s`, and exit 0.
+
+With `server.metrics_port` (`--metrics-port`) set, the process also serves Prometheus text at
+`http://HOST:PORT/metrics`: process metrics, and per gRPC method the calls by status code
+(`rlx_rpc_calls_total`) and their latency (`rlx_rpc_latency_seconds`), counted by a server
+interceptor behind the token check (rejected calls never reach a servicer and are not counted).
 """
 
 from __future__ import annotations
@@ -12,21 +17,24 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from rlx_core.errors import ConfigError, RlxError
+from rlx_core.errors import ConfigError, RlxError, Unavailable
 from rlx_core.lifecycle import Lifecycle, State, StatusInfo
 from rlx_core.proto.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from rlx_core.rpc._handlers import rebuild
 from rlx_core.rpc.auth import resolve_token
 from rlx_core.rpc.server import build_server
 
 __all__ = [
     "LifecycleServicer",
+    "RpcMetricsInterceptor",
     "ServerConfig",
     "ServiceConfig",
     "run_service",
@@ -50,10 +58,17 @@ class ServerConfig:
     max_workers: int = 16  # RPC handler threads, >= 1
     max_message_mib: int = 64  # largest message sent or received, MiB, >= 4
     grace_s: float = 5.0  # seconds in-flight calls may finish on shutdown, >= 0
+    metrics_port: int = 0  # Prometheus /metrics HTTP port on `host`, 1-65535; 0 = no metrics
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError("must be 0-65535", field="port", value=self.port)
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("must be 0-65535", field="metrics_port", value=self.metrics_port)
+        if self.metrics_port and self.metrics_port == self.port:
+            raise ConfigError(
+                "must differ from port", field="metrics_port", value=self.metrics_port
+            )
         if self.max_workers < 1:
             raise ConfigError("must be >= 1", field="max_workers", value=self.max_workers)
         if self.max_message_mib < 4:
@@ -121,6 +136,151 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServicer):
         lifecycle_pb2_grpc.add_LifecycleServicer_to_server(self, server)
 
 
+# Seconds; up to 10 min because a Generate of a long unit on a slow host takes minutes.
+LATENCY_BUCKETS = (
+    *(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+    *(1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0),
+)
+
+
+class RpcMetricsInterceptor(grpc.ServerInterceptor):
+    """Counts every call by (method, status code) and observes its latency by method, into its
+    own Prometheus registry (with the process collector), so several servers in one process do
+    not clash. A streaming response is timed until its last message."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        self.calls = Counter(
+            "rlx_rpc_calls",
+            "gRPC calls served, by full method name and status code.",
+            ["method", "code"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "rlx_rpc_latency_seconds",
+            "Seconds from a call reaching its servicer to its last response.",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def _done(self, method: str, start: float, code: str) -> None:
+        self.calls.labels(method, code).inc()
+        self.latency.labels(method).observe(time.perf_counter() - start)
+
+    @staticmethod
+    def _code(context: grpc.ServicerContext, error: BaseException | None) -> str:
+        if isinstance(error, RlxError):  # mapped to its status by ErrorMappingInterceptor
+            return error.grpc_code
+        code = context.code()  # set by context.abort / set_code
+        if code is not None:
+            return str(code.name)
+        return "OK" if error is None else "INTERNAL"
+
+    def _wrap(self, method: str, behavior: Callable[..., Any], streaming: bool) -> Any:
+        if streaming:
+
+            def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                start = time.perf_counter()
+                try:
+                    yield from behavior(request, context)
+                except BaseException as e:
+                    self._done(method, start, self._code(context, e))
+                    raise
+                self._done(method, start, self._code(context, None))
+
+            return stream
+
+        def unary(request: Any, context: grpc.ServicerContext) -> Any:
+            start = time.perf_counter()
+            try:
+                response = behavior(request, context)
+            except BaseException as e:
+                self._done(method, start, self._code(context, e))
+                raise
+            self._done(method, start, self._code(context, None))
+            return response
+
+        return unary
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        method = handler_call_details.method
+        return rebuild(handler, lambda behavior, streaming: self._wrap(method, behavior, streaming))
+
+
+class _Details(grpc.HandlerCallDetails):
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.invocation_metadata = ()
+
+
+class _Intercepted(grpc.GenericRpcHandler):
+    def __init__(self, inner: grpc.GenericRpcHandler, interceptor: grpc.ServerInterceptor) -> None:
+        self._inner = inner
+        self._interceptor = interceptor
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self._interceptor.intercept_service(self._inner.service, details)
+
+
+class _InterceptingServer:
+    """What a servicer's `add_*_to_server` sees: the real server, with `interceptor` put around
+    every handler it adds (generic and registered ones), innermost, behind the server's own token
+    and error-mapping interceptors (`build_server` fixes those)."""
+
+    def __init__(self, server: grpc.Server, interceptor: grpc.ServerInterceptor) -> None:
+        self._server = server
+        self._interceptor = interceptor
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers(
+            tuple(_Intercepted(h, self._interceptor) for h in handlers)
+        )
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]
+    ) -> None:
+        wrapped = {
+            name: self._interceptor.intercept_service(
+                lambda _d, h=h: h, _Details(f"/{service}/{name}")
+            )
+            for name, h in handlers.items()
+        }
+        self._server.add_registered_method_handlers(service, wrapped)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
+
+
+def _metered(register: Register, interceptor: grpc.ServerInterceptor) -> Register:
+    return lambda server: register(_InterceptingServer(server, interceptor))
+
+
+def _start_metrics_http(config: ServerConfig, interceptor: RpcMetricsInterceptor) -> Any:
+    from prometheus_client import start_http_server
+
+    try:
+        httpd, _thread = start_http_server(
+            config.metrics_port, addr=config.host, registry=interceptor.registry
+        )
+    except OSError as e:
+        raise Unavailable(
+            f"cannot serve metrics on {config.host}:{config.metrics_port}: {e}",
+            field="metrics_port",
+        ) from None
+    return httpd
+
+
 def run_service(
     lifecycle: Lifecycle,
     config: ServerConfig,
@@ -134,14 +294,22 @@ def run_service(
     `on_ready(address)` runs once the server listens (the console script prints the address).
     """
     token = resolve_token(token_file=config.token_file, create=True)
+    registers: list[Register] = [LifecycleServicer(lifecycle).register, *register]
+    interceptor = RpcMetricsInterceptor() if config.metrics_port else None
+    if interceptor is not None:
+        registers = [_metered(r, interceptor) for r in registers]
     server, address = build_server(
-        [LifecycleServicer(lifecycle).register, *register],
+        registers,
         token=token,
         host=config.host,
         port=config.port,
         max_workers=config.max_workers,
         max_message_bytes=config.max_message_mib << 20,
     )
+    metrics_http = None
+    if interceptor is not None:
+        metrics_http = _start_metrics_http(config, interceptor)
+        log.info("metrics on http://%s:%d/metrics", config.host, config.metrics_port)
     if install_signals:
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -161,6 +329,9 @@ def run_service(
     grace = lifecycle.shutdown_grace_s if lifecycle.shutdown_grace_s is not None else config.grace_s
     log.info("%s draining (%s), grace %.1f s", lifecycle.service, lifecycle.status().message, grace)
     server.stop(grace).wait()
+    if metrics_http is not None:
+        metrics_http.shutdown()
+        metrics_http.server_close()
     lifecycle.set(State.STOPPED, lifecycle.status().message)
     log.info("%s stopped", lifecycle.service)
     return 0
@@ -185,6 +356,9 @@ def _parse_args(
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to bind; 0 picks a free one (default 0)")
     parser.add_argument("--token-file", help="file holding the bearer token")
+    parser.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus /metrics on this port (default: off)"
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     for flag, (key, help_text) in extra_flags.items():
         parser.add_argument(flag, dest=f"extra:{key}", metavar="VALUE", help=help_text)
@@ -222,8 +396,8 @@ def service_main(
         force=True,  # libraries imported before main (absl via JAX) may have claimed the root
     )
     overrides = list(args.set)
-    for flag, key in (("host", "host"), ("port", "port"), ("token_file", "token_file")):
-        value = getattr(args, flag)
+    for key in ("host", "port", "token_file", "metrics_port"):
+        value = getattr(args, key)
         if value is not None:
             overrides.append(f"server.{key}={value}")
     for key, _help in extra.values():
