@@ -79,7 +79,6 @@ def _summary(run_dir: Path) -> dict[str, object]:
     return dict(json.loads((run_dir / "summary.json").read_text()))
 
 
-@pytest.mark.skip(reason="issue 8 open: the exact-resume comparison has not passed yet")
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.integration

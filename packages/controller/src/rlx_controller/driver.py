@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilter, mixture_sources
+from rlx_controller.metrics import MetricsWriter
 from rlx_controller.mixture import PromptMixture
 from rlx_controller.rng import sample_seed
 from rlx_controller.rollout_log import RolloutLog
@@ -198,6 +199,9 @@ class Driver:
         self._worker_locks: list[threading.Lock] = []
         self._train_times: list[float] = []
         self.dynamic = cfg.dynamic_sampling_enabled
+        self.metrics: MetricsWriter | None = (
+            None  # metrics.jsonl + TensorBoard, opened at first use
+        )
         self.refill_budget = budget_prompts(cfg.batch.prompts, cfg.dynamic_sampling.budget)
 
     # --- output -----------------------------------------------------------------------------
@@ -206,8 +210,9 @@ class Driver:
         self._log(message)
 
     def _metrics_line(self, record: dict[str, Any]) -> None:
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+        if self.metrics is None:
+            self.metrics = MetricsWriter(self.run_dir)
+        self.metrics.write(record)
 
     # --- services ---------------------------------------------------------------------------
     def _start_services(self) -> None:
@@ -671,6 +676,9 @@ class Driver:
         finally:
             self._restore_signals(old_handlers)
             self._close_clients()
+            if self.metrics is not None:
+                self.metrics.close()
+                self.metrics = None
             if self.services is not None:
                 self.progress.phase = "stopping services"
                 self.services.stop()
