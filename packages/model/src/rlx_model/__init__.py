@@ -3,6 +3,7 @@ per-token log-probs, and mesh/sharding specs: one model code for the trainer and
 
 from rlx_model._version import __version__
 from rlx_model.checkpoint import load_checkpoint, load_config, save_checkpoint, to_hf_config
+from rlx_model.compile_cache import DEFAULT_COMPILE_CACHE_DIR, enable_compile_cache
 from rlx_model.config import BENCH_CONFIG, TINY_CONFIGS, ModelConfig, RopeScaling, tiny_config
 from rlx_model.decoder import (
     KVCache,
@@ -21,6 +22,7 @@ from rlx_model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 
 __all__ = [
     "BENCH_CONFIG",
+    "DEFAULT_COMPILE_CACHE_DIR",
     "FAMILIES",
     "TINY_CONFIGS",
     "ByteTokenizer",
@@ -33,6 +35,7 @@ __all__ = [
     "__version__",
     "batch_sharding",
     "config_from_hf",
+    "enable_compile_cache",
     "forward",
     "generate",
     "get_family",

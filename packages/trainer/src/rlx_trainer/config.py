@@ -208,6 +208,7 @@ class TrainerConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     paramserver: ParamServerLink = field(default_factory=ParamServerLink)
     keep_versions: int = 2  # past versions' params held in host memory for π_old, >= 0
+    compile_cache_dir: str = "~/.cache/rlx/jax-compile"  # JAX persistent cache; "" = off
 
     def __post_init__(self) -> None:
         _nonneg(self, "keep_versions")

@@ -30,6 +30,7 @@ from rlx_core.errors import (
     Unavailable,
 )
 from rlx_core.lifecycle import Lifecycle
+from rlx_model import enable_compile_cache
 from rlx_trainer._version import __version__
 from rlx_trainer.checkpoint import CheckpointStore
 from rlx_trainer.config import TrainerConfig
@@ -45,6 +46,7 @@ class TrainerService:
 
     def __init__(self, config: TrainerConfig) -> None:
         self.config = config
+        enable_compile_cache(config.compile_cache_dir)  # a restarted trainer does not recompile
         self.lifecycle = Lifecycle("trainer", __version__)
         self.trainer: Trainer | None = None
         self._lock = threading.Lock()
