@@ -15,7 +15,8 @@ from rlx_controller.providers.local import read_services
 from rlx_controller.snapshot import SnapshotStore
 from rlx_core.storage import open_storage
 
-STEPS = 40
+# More steps than the run lives: at ~0.2 s per step a 40-step run can end before `rlx down`.
+STEPS = 400
 SETS = [
     f"steps={STEPS}",
     "batch.prompts=8",
