@@ -10,6 +10,7 @@ from rlx_core.serving import ServerConfig
 __all__ = ["BACKENDS", "JudgeConfig", "LambdaConfig", "RepositoryConfig", "VerifierConfig"]
 
 BACKENDS = ("local", "lambda")
+SANDBOX_RUNNERS = ("forkserver", "per-run")  # as rlx_verifier.sandbox.RUNNERS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,6 +19,9 @@ class JudgeConfig:
 
     workers: int = 0  # concurrent sandboxed runs; 0 = the number of CPU cores
     unsafe_no_sandbox: bool = False  # run untrusted code without bubblewrap (warns every request)
+    # "forkserver": one long-lived bubblewrap per worker forks each program run into fresh
+    # PID/mount/IPC namespaces (needs root); "per-run": a new bubblewrap for every run (slower)
+    sandbox_runner: str = "forkserver"
     sandbox_uid_base: int = 61000  # first host uid the sandboxed code runs as (when root), >= 1000
     infra_retries: int = 2  # extra attempts after an INFRA verdict before reporting it, >= 0
     partial_credit: bool = False  # score = fraction of passed tests instead of all-or-nothing
@@ -31,6 +35,13 @@ class JudgeConfig:
         for name in ("workers", "infra_retries", "cache_size", "math_workers"):
             if getattr(self, name) < 0:
                 raise ConfigError("must be >= 0", field=name, value=getattr(self, name))
+        if self.sandbox_runner not in SANDBOX_RUNNERS:
+            raise ConfigError(
+                "unknown sandbox runner",
+                field="sandbox_runner",
+                value=self.sandbox_runner,
+                allowed=", ".join(SANDBOX_RUNNERS),
+            )
         if self.sandbox_uid_base < 1000:
             raise ConfigError(
                 "must be >= 1000", field="sandbox_uid_base", value=self.sandbox_uid_base

@@ -93,9 +93,14 @@ class Verifier:
     def __init__(self, config: JudgeConfig | None = None) -> None:
         self.config = config or JudgeConfig()
         self.sandbox = Sandbox(
-            unsafe=self.config.unsafe_no_sandbox, uid_base=self.config.sandbox_uid_base
+            unsafe=self.config.unsafe_no_sandbox,
+            uid_base=self.config.sandbox_uid_base,
+            runner=self.config.sandbox_runner,
         )
         self.languages: dict[str, Language] = detect_languages()
+        self.sandbox.toolchains = tuple(
+            dict.fromkeys(b for lang in self.languages.values() for b in lang.binds)
+        )
         self.workers = self.config.workers or os.cpu_count() or 1
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="rlx-judge")
         self._cache: OrderedDict[str, Verdict] = OrderedDict()

@@ -16,6 +16,7 @@ directory, capped by RLIMIT_FSIZE (a program writing more gets SIGXFSZ).
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import queue
@@ -23,23 +24,32 @@ import resource
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from rlx_core.errors import FailedPrecondition, Unavailable
+from rlx_core.errors import FailedPrecondition, InvalidArgument, Unavailable
 
-__all__ = ["Limits", "RunResult", "Sandbox", "SandboxError"]
+__all__ = ["RUNNERS", "Limits", "RunResult", "Sandbox", "SandboxError"]
 
 PRLIMIT = "/usr/bin/prlimit"
 SETPRIV = "/usr/bin/setpriv"
+SERVER_PYTHON = "/usr/bin/python3"  # runs the fork server inside the sandbox (stdlib only)
 PATH = "/usr/local/bin:/usr/bin:/bin"
 # /etc files runtimes read; everything else of /etc (shadow, passwd, hosts, ...) stays out.
 ETC_FILES = ("/etc/ld.so.cache", "/etc/alternatives", "/etc/java-17-openjdk", "/etc/localtime")
 STDERR_KEEP = 4096  # bytes of stderr kept in results
-SLOTS = 16  # concurrent runs per Sandbox, each with its own uid
+SLOTS = 16  # concurrent per-run sandboxes per Sandbox, each with its own uid
+SERVERS = 16  # fork servers per Sandbox at most, each with its own uid (after the SLOTS uids)
+FORKSERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver.py")
+SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_ADMIN", "CAP_KILL")
+RUNNERS = ("forkserver", "per-run")
+SERVER_MOUNTPOINTS = ("/prog",)  # where the fork server binds a run's build
 
 
 class SandboxError(Unavailable):
@@ -94,7 +104,11 @@ def _decode_status(code: int) -> tuple[int | None, int | None]:
 class Sandbox:
     """Runs commands in bubblewrap (or, only when `unsafe` is set, directly with rlimits)."""
 
-    def __init__(self, *, unsafe: bool = False, uid_base: int = 61000) -> None:
+    def __init__(
+        self, *, unsafe: bool = False, uid_base: int = 61000, runner: str = "forkserver"
+    ) -> None:
+        if runner not in RUNNERS:
+            raise InvalidArgument(f"sandbox runner {runner!r} is not one of {', '.join(RUNNERS)}")
         self.bwrap = shutil.which("bwrap")
         self.unsafe = unsafe
         if self.bwrap is None and not unsafe:
@@ -105,13 +119,29 @@ class Sandbox:
         if not os.path.exists(PRLIMIT):
             raise FailedPrecondition(f"{PRLIMIT} (util-linux) is missing: cannot set rlimits")
         self.root = os.geteuid() == 0
-        # One uid per concurrent run, so one run's fork bomb cannot starve another's NPROC.
-        first = uid_base + (os.getpid() % 1000) * SLOTS
+        # One uid per concurrent run, so one run's fork bomb cannot starve another's NPROC;
+        # fork servers get uids of their own after those.
+        first = uid_base + (os.getpid() % 1000) * (SLOTS + SERVERS)
         self._uids: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(SLOTS):
             self._uids.put(first + i if self.root else os.geteuid())
+        self._server_uids: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in range(SERVERS):
+            self._server_uids.put(first + SLOTS + i)
         self.scratch_root = tempfile.mkdtemp(prefix="rlx-verifier-")
         os.chmod(self.scratch_root, 0o700)
+        # The fork server needs real root to mount and to give each run its own uid; as a
+        # normal user every run keeps its own bubblewrap.
+        fast = runner == "forkserver" and self.root and not unsafe and os.path.exists(SERVER_PYTHON)
+        self.runner = "forkserver" if fast else "per-run"
+        self.toolchains: tuple[tuple[str, str], ...] = ()  # read-only binds every server has
+        self._idle: queue.SimpleQueue[_ForkServer] = queue.SimpleQueue()
+        self._servers: set[_ForkServer] = set()
+        self._servers_lock = threading.Lock()
+        # bubblewrap's --die-with-parent follows the thread that started it: servers are started
+        # from one thread that lives as long as the Sandbox.
+        self._keeper = ThreadPoolExecutor(1, thread_name_prefix="rlx-sandbox-keeper")
+        self._closed = False
 
     @property
     def mode(self) -> str:
@@ -119,6 +149,8 @@ class Sandbox:
             return "unsafe-no-sandbox"
         if self.unsafe:
             return "unsafe-no-sandbox (bwrap present but disabled)"
+        if self.runner == "forkserver":
+            return "bwrap-root-forkserver"
         return "bwrap-root-setpriv" if self.root else "bwrap-userns"
 
     def workdir(self) -> str:
@@ -129,6 +161,12 @@ class Sandbox:
         return path
 
     def close(self) -> None:
+        self._closed = True
+        with self._servers_lock:
+            servers, self._servers = list(self._servers), set()
+        for server in servers:
+            server.kill()
+        self._keeper.shutdown(wait=True)
         shutil.rmtree(self.scratch_root, ignore_errors=True)
 
     def _prlimit(self, limits: Limits) -> list[str]:
@@ -144,24 +182,15 @@ class Sandbox:
             "--",
         ]
 
-    def _bwrap(
-        self,
-        limits: Limits,
-        ro_binds: Sequence[tuple[str, str]],
-        rw_binds: Sequence[tuple[str, str]],
-        cwd: str,
-        env: Mapping[str, str],
-        info_fd: int,
-        uid: int,
-    ) -> list[str]:
+    def _isolation(self, tmp_mb: int, root_caps: Sequence[str]) -> list[str]:
+        """bubblewrap's namespaces, capabilities and system mounts, common to both runners."""
         assert self.bwrap is not None
         args = [self.bwrap, "--die-with-parent", "--new-session", "--clearenv"]
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
         args += ["--unshare-cgroup-try"]
         if self.root:
-            # Mount as root, then setpriv drops to the sandbox uid; only these caps survive.
             args += ["--cap-drop", "ALL"]
-            for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"):
+            for cap in root_caps:
                 args += ["--cap-add", cap]
         else:
             args += ["--unshare-user", "--cap-drop", "ALL"]
@@ -177,7 +206,36 @@ class Sandbox:
             if os.path.exists(path):
                 args += ["--ro-bind", path, path]
         args += ["--proc", "/proc", "--dev", "/dev"]
-        args += ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp"]
+        args += ["--perms", "1777", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
+        return args
+
+    def _server_command(self, sock_fd: int) -> list[str]:
+        """The fork server's sandbox: the same isolation, plus the server script, the scratch
+        root (builds are bound from it per run) and the toolchains, all read-only."""
+        args = self._isolation(1, SERVER_CAPS)
+        binds = [(FORKSERVER, "/rlx/forkserver.py"), (self.scratch_root, "/rlx/scratch")]
+        # Toolchains wait under /rlx too: a run binds only its own language's (as per-run does).
+        binds += [(host, f"/rlx/toolchains/{i}") for i, (host, _) in enumerate(self.toolchains)]
+        for host, dest in binds:
+            args += ["--perms", "0755", "--dir", os.path.dirname(dest) or "/"]
+            args += ["--ro-bind", host, dest]
+        for dest in [*SERVER_MOUNTPOINTS, *(dest for _, dest in self.toolchains)]:
+            args += ["--perms", "0755", "--dir", dest]
+        args += ["--setenv", "PATH", PATH, "--chdir", "/", "--"]
+        return [*args, SERVER_PYTHON, "-I", "-S", "-B", "/rlx/forkserver.py", str(sock_fd)]
+
+    def _bwrap(
+        self,
+        limits: Limits,
+        ro_binds: Sequence[tuple[str, str]],
+        rw_binds: Sequence[tuple[str, str]],
+        cwd: str,
+        env: Mapping[str, str],
+        info_fd: int,
+        uid: int,
+    ) -> list[str]:
+        # Mount as root, then setpriv drops to the sandbox uid; only these caps survive.
+        args = self._isolation(limits.tmp_mb, ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"))
         for host, dest in ro_binds:
             args += ["--perms", "0755", "--dir", os.path.dirname(dest) or "/"]
             args += ["--ro-bind", host, dest]
@@ -210,6 +268,11 @@ class Sandbox:
         `ro_binds`/`rw_binds` are (host path, sandbox path) pairs. Raises SandboxError when the
         sandbox could not be set up (never reported as the program's fault).
         """
+        binds = self._server_binds(ro_binds, rw_binds, cwd)
+        if binds is not None:
+            return self._run_in_server(
+                argv, limits, stdin, stdin_path, binds, env or {}, keep_stdout
+            )
         scratch = tempfile.mkdtemp(dir=self.scratch_root)
         uid = self._uids.get()
         try:
@@ -229,6 +292,149 @@ class Sandbox:
         finally:
             self._uids.put(uid)
             shutil.rmtree(scratch, ignore_errors=True)
+
+    # --- the fork-server runner --------------------------------------------------------------
+    def _server_binds(
+        self, ro_binds: Sequence[tuple[str, str]], rw_binds: Sequence[tuple[str, str]], cwd: str
+    ) -> list[tuple[str, str]] | None:
+        """The per-run binds as the fork server sees them, or None when this run needs its own
+        bubblewrap (per-run runner, writable binds, a build outside the scratch root...)."""
+        if self.runner != "forkserver" or rw_binds or cwd != "/tmp":
+            return None
+        binds = []
+        for host, dest in ro_binds:
+            if (host, dest) in self.toolchains:
+                binds.append((f"/rlx/toolchains/{self.toolchains.index((host, dest))}", dest))
+                continue
+            rel = os.path.relpath(host, self.scratch_root)
+            if dest not in SERVER_MOUNTPOINTS or rel.startswith("..") or not os.path.isdir(host):
+                return None
+            binds.append((f"/rlx/scratch/{rel}", dest))
+        return binds
+
+    def _run_in_server(
+        self,
+        argv: Sequence[str],
+        limits: Limits,
+        stdin: bytes | str | None,
+        stdin_path: str | None,
+        binds: list[tuple[str, str]],
+        env: Mapping[str, str],
+        keep_stdout: bool,
+    ) -> RunResult:
+        """One run in a fork server. stdin, stdout and stderr are memfds (no files to create and
+        delete), stdout and stderr capped by RLIMIT_FSIZE like files."""
+        cpu = max(1, math.ceil(limits.cpu_s))
+        request = {
+            "argv": list(argv),
+            "env": {"PATH": PATH, "HOME": "/tmp", "LANG": "C.UTF-8", **env},
+            "cwd": "/tmp",
+            "binds": binds,
+            "hide": [
+                "/rlx/forkserver.py",
+                "/rlx/scratch",
+                *(f"/rlx/toolchains/{i}" for i in range(len(self.toolchains))),
+            ],
+            "wall": limits.wall_s,
+            "limits": {
+                "cpu": cpu,
+                "as": limits.memory_mb << 20,
+                "nproc": limits.nproc,
+                "fsize": limits.output_mb << 20,
+                "nofile": limits.nofile,
+                "tmp": limits.tmp_mb << 20,
+            },
+        }
+        if stdin_path is not None:
+            fin = os.open(stdin_path, os.O_RDONLY | os.O_CLOEXEC)
+        else:
+            fin = os.memfd_create("rlx-stdin")
+            data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fin, view) :]
+            os.lseek(fin, 0, os.SEEK_SET)
+        fout = os.memfd_create("rlx-stdout")
+        ferr = os.memfd_create("rlx-stderr")
+        try:
+            start = time.monotonic()
+            reply = self._call_server(request, [fin, fout, ferr])
+            host_wall = time.monotonic() - start
+            if "error" in reply:
+                raise SandboxError(f"the fork server could not run the program: {reply['error']}")
+            code: int | None
+            sig: int | None
+            if reply.get("timeout"):
+                code, sig, timed_out = None, signal.SIGKILL, True
+                cpu_s, rss, wall = 0.0, 0, host_wall
+            else:
+                status, timed_out = int(str(reply["status"])), False
+                cpu_s, rss = float(str(reply["cpu"])), int(str(reply["rss"]))
+                wall = float(str(reply["wall"]))
+                if os.WIFSIGNALED(status):
+                    code, sig = None, os.WTERMSIG(status)
+                else:
+                    code, sig = os.WEXITSTATUS(status), None
+            cap = limits.output_mb << 20
+            out_size, err_size = os.fstat(fout).st_size, os.fstat(ferr).st_size
+            return RunResult(
+                exit_code=code,
+                signal=sig,
+                cpu_s=cpu_s,
+                wall_s=wall,
+                max_rss_kb=rss,
+                wall_timeout=timed_out,
+                output_limit=sig == signal.SIGXFSZ or max(out_size, err_size) >= cap,
+                stdout=os.pread(fout, min(cap, out_size), 0) if keep_stdout else b"",
+                stderr=os.pread(ferr, min(STDERR_KEEP, err_size), 0),
+            )
+        finally:
+            for fd in (fin, fout, ferr):
+                os.close(fd)
+
+    def _call_server(self, request: dict[str, object], fds: list[int]) -> dict[str, object]:
+        server = self._lease()
+        request["uid"] = server.uid
+        try:
+            reply = server.call(request, fds, float(str(request["wall"])) + 30.0)
+        except SandboxError:
+            self._discard(server)  # the next run starts a new one
+            raise
+        self._idle.put(server)
+        return reply
+
+    def _lease(self) -> _ForkServer:
+        """An idle fork server, a new one while fewer than SERVERS exist, else the next freed."""
+        while True:
+            try:
+                server = self._idle.get_nowait()
+            except queue.Empty:
+                with self._servers_lock:
+                    if self._closed:
+                        raise SandboxError("the sandbox is closed") from None
+                    room = len(self._servers) < SERVERS
+                    uid = self._server_uids.get_nowait() if room else 0
+                if not room:
+                    server = self._idle.get()
+                else:
+                    try:
+                        server = self._keeper.submit(_ForkServer, self, uid).result()
+                    except BaseException:
+                        self._server_uids.put(uid)
+                        raise
+                    with self._servers_lock:
+                        self._servers.add(server)
+                    return server
+            if server.alive():
+                return server
+            self._discard(server)
+
+    def _discard(self, server: _ForkServer) -> None:
+        server.kill()
+        with self._servers_lock:
+            if server in self._servers:
+                self._servers.remove(server)
+                self._server_uids.put(server.uid)
 
     def _run(
         self,
@@ -343,6 +549,68 @@ class Sandbox:
             if arg == dest or arg.startswith(dest + "/"):
                 return host + arg[len(dest) :]
         return arg
+
+
+class _ForkServer:
+    """One long-lived bubblewrap sandbox running forkserver.py, and its socket."""
+
+    def __init__(self, sandbox: Sandbox, uid: int) -> None:
+        self.uid = uid
+        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
+        try:
+            self.proc = subprocess.Popen(
+                sandbox._server_command(child.fileno()),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=self._log,
+                pass_fds=(child.fileno(),),
+                env={},
+                start_new_session=True,
+            )
+        except OSError as e:
+            self.sock.close()
+            self._log.close()
+            raise SandboxError(f"cannot start the fork server: {e}") from None
+        finally:
+            child.close()
+        self.sock.settimeout(30.0)
+        try:
+            ready = self.sock.recv(4096)
+        except OSError:
+            ready = b""
+        if not ready:
+            text = self._output()
+            self.kill()
+            raise SandboxError(f"the fork server did not start: {text or 'no output'}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def call(self, request: dict[str, object], fds: list[int], timeout: float) -> dict[str, object]:
+        try:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
+            self.sock.settimeout(timeout)
+            data = self.sock.recv(1 << 20)
+        except OSError as e:
+            raise SandboxError(f"the fork server failed: {e}") from None
+        if not data:
+            raise SandboxError(f"the fork server died: {self._output() or 'no output'}")
+        reply: dict[str, object] = json.loads(data)
+        return reply
+
+    def _output(self) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            self._log.seek(0)
+            return self._log.read(4096).decode(errors="replace").strip()
+        return ""
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.sock.close()
+        self._log.close()
 
 
 def _read_head(path: str, limit: int) -> bytes:
