@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,6 +76,10 @@ def _consumed(run_dir: Path) -> list[list[str]]:
     return [by_step[s] for s in sorted(by_step)]
 
 
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
 def _summary(run_dir: Path) -> dict[str, object]:
     return dict(json.loads((run_dir / "summary.json").read_text()))
 
@@ -82,11 +87,13 @@ def _summary(run_dir: Path) -> dict[str, object]:
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.integration
-@pytest.mark.parametrize(("reload", "accept"), [(1, 1), (2, 4)])
+@pytest.mark.parametrize(("reload", "accept", "dynamic"), [(1, 1, False), (2, 4, True)])
 def test_resume_after_sigkills_equals_an_uninterrupted_run(
-    tmp_path: Path, reload: int, accept: int
+    tmp_path: Path, reload: int, accept: int, dynamic: bool
 ) -> None:
     extra = [f"staleness.reload={reload}", f"staleness.accept={accept}"]
+    # (2, 4) also runs DAPO dynamic sampling: refills must replay exactly too
+    extra.append(f"dynamic_sampling.enabled={'true' if dynamic else 'false'}")
     rng = random.Random(reload * 100 + accept)
 
     clean = tmp_path / "clean"
@@ -120,6 +127,8 @@ def test_resume_after_sigkills_equals_an_uninterrupted_run(
     assert f"finished at step {STEPS}" in text
     assert _summary(run)["params_hash"] == reference["params_hash"]
     assert _consumed(run) == _consumed(clean)
+    if dynamic:  # uniform groups were dropped and refilled
+        assert any(r.get("refill_prompts", 0) > 0 for r in _records(clean))
     # no service of the killed controller is left running
     for handle in read_services(run).values():
         stat = Path(f"/proc/{handle.pid}/stat")
