@@ -289,6 +289,7 @@ class Driver:
         client = self.workers[worker]
         with self._worker_locks[worker]:
             self._call(lambda: client.load_version(unit.version), f"inference-{worker} load")
+            self.progress.components[f"inference-{worker}"] = f"up, version {unit.version}"
             return self._call(lambda: client.generate(unit), f"inference-{worker} generate")
 
     def _verify(self, samples: list[VerifySample], key: int) -> list[Any]:
