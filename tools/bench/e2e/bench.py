@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -75,6 +76,8 @@ class BenchDriver(Driver):
         super().__init__(cfg, run_dir, **kw)
         self.timings = timings
         self.eval_sets = []
+        self.cpu_marks_at = 0
+        self.cpu_marks: dict[int, tuple[float, dict[str, float]]] = {}
         self.rollouts.append = timings.wrap("  rollout log append", self.rollouts.append)  # type: ignore[method-assign]
 
     def _connect(self) -> None:
@@ -100,26 +103,63 @@ class BenchDriver(Driver):
 
     build_batch = timed_method("build_batch")(Driver.build_batch)
     _snapshot = timed_method("snapshot")(Driver._snapshot)
-    _metrics_line = timed_method("metrics line")(Driver._metrics_line)
     run_unit = timed_method("run_unit")(Driver.run_unit)
+
+    @timed_method("metrics line")
+    def _metrics_line(self, record: dict[str, Any]) -> None:
+        super()._metrics_line(record)
+        # CPU of every process of the run at the steady window's ends (the step's trainer call
+        # and checkpoint are done; the final step's checkpoint is left out)
+        if record.get("step") in (self.cpu_marks_at, self.cfg.steps - 1):
+            assert self.services is not None
+            pids = {n: h.pid for n, h in self.services.provider.handles.items()}
+            self.cpu_marks[record["step"]] = (time.monotonic(), service_cpu(pids))
 
 
 def run_floor(steps: int, skip: int) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        str(HERE / "floor.py"),
-        f"--steps={steps}",
-        f"--eval-every={10**9}",
-        "--json",
-    ]
+    """floor.py's loop in a subprocess (floor_cpu.py: the same loop, CPU per step measured)."""
+    cmd = [sys.executable, str(HERE / "floor_cpu.py"), f"--steps={steps}", f"--skip={skip}"]
     t0 = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise SystemExit(f"floor.py failed ({out.returncode}):\n{out.stderr[-3000:]}")
+        raise SystemExit(f"floor failed ({out.returncode}):\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    if skip != 5:  # floor.py's steady state skips its first 5 steps
-        print(f"  note: floor.py skips 5 steps, not {skip}")
-    return {"s_per_step": result["s_per_step"], "wall_s": time.monotonic() - t0}
+    result["wall_s"] = time.monotonic() - t0
+    return result
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds user + system) of every process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def service_cpu(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each service's process tree (its worker processes included) and of
+    this process (the controller)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out = {"controller": time.process_time()}
+    for name, root in pids.items():
+        total, todo = 0.0, [root]
+        while todo:
+            pid = todo.pop()
+            total += table.get(pid, (0, 0.0))[1]
+            todo.extend(children.get(pid, []))
+        out[name] = total
+    return out
 
 
 def demo_cfg(run_dir: Path, steps: int, overrides: list[str]) -> RunConfig:
@@ -140,6 +180,7 @@ def run_rlx(label: str, overrides: list[str], steps: int, skip: int) -> dict[str
             print(f"  [{label}] {msg}", flush=True)
 
         driver = BenchDriver(cfg, run_dir, timings=timings, log=log)
+        driver.cpu_marks_at = skip
         t0 = time.monotonic()
         summary = driver.run(resume=False)
         wall = time.monotonic() - t0
@@ -164,8 +205,13 @@ def run_rlx(label: str, overrides: list[str], steps: int, skip: int) -> dict[str
         secs = sum(parts.get((c, m), (0.0, 0))[0] for m in (True, False))
         calls = sum(parts.get((c, m), (0.0, 0))[1] for m in (True, False))
         bg[c] = (secs, calls)
+    (t_a, cpu_a), (t_b, cpu_b) = driver.cpu_marks[skip], driver.cpu_marks[steps - 1]
+    cpu_steps = steps - 1 - skip
+    cpu = {k: (cpu_b[k] - cpu_a.get(k, 0.0)) / cpu_steps for k in cpu_b}
     return {
         "label": label,
+        "cpu": cpu,
+        "cpu_wall": (t_b - t_a) / cpu_steps,
         "median": statistics.median(step_s),
         "mean": mean,
         "wall_s": wall,
@@ -177,20 +223,30 @@ def run_rlx(label: str, overrides: list[str], steps: int, skip: int) -> dict[str
     }
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0915  (one report, top to bottom)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--steps", type=int, default=60, help="training steps per run")
+    ap.add_argument("--steps", type=int, default=50, help="training steps per run")
     ap.add_argument("--skip", type=int, default=5, help="first steps left out (warm-up)")
     ap.add_argument("--only", default="", help="run only configs whose label contains this")
     args = ap.parse_args()
-    if args.steps <= args.skip + 2:
-        raise SystemExit(f"--steps ({args.steps}) must exceed --skip ({args.skip}) by 3 or more")
+    if args.steps <= args.skip + 3:
+        raise SystemExit(f"--steps ({args.steps}) must exceed --skip ({args.skip}) by 4 or more")
     print(f"uptime before: {uptime()}", flush=True)
     t_all = time.monotonic()
-    floors = []
-    print(f"floor ({args.steps} steps) ...", flush=True)
-    floors.append(run_floor(args.steps, args.skip))
-    print(f"  floor: {floors[-1]['s_per_step']:.4f} s/step", flush=True)
+
+    def floor_run() -> dict[str, Any]:
+        print(f"floor ({args.steps} steps) ...", flush=True)
+        f = run_floor(args.steps, args.skip)
+        print(
+            f"  floor: {f['s_per_step']:.4f} s/step, {f['cpu_per_step']:.4f} CPU s/step, "
+            f"{f['wall_s']:.0f} s wall; {uptime()}",
+            flush=True,
+        )
+        return f
+
+    # floor, config, floor, config, ..., floor: each config is compared with the two floor runs
+    # around it (the machine is shared, its load drifts)
+    floors = [floor_run()]
     rows = []
     for label, overrides, goal in CONFIGS:
         if args.only and args.only not in label:
@@ -199,25 +255,33 @@ def main() -> None:
         r = run_rlx(label, overrides, args.steps, args.skip)
         r["goal"] = goal
         rows.append(r)
-        print(f"  {label}: {r['median']:.4f} s/step (median), {r['wall_s']:.0f} s wall", flush=True)
-    print(f"floor again ({args.steps} steps) ...", flush=True)
-    floors.append(run_floor(args.steps, args.skip))
-    print(f"  floor: {floors[-1]['s_per_step']:.4f} s/step", flush=True)
-    floor = statistics.mean(f["s_per_step"] for f in floors)
+        print(
+            f"  {label}: {r['median']:.4f} s/step (median), {sum(r['cpu'].values()):.4f} CPU "
+            f"s/step, {r['wall_s']:.0f} s wall; {uptime()}",
+            flush=True,
+        )
+        floors.append(floor_run())
+        r["floor"] = statistics.mean(f["s_per_step"] for f in floors[-2:])
+        r["floor_cpu"] = statistics.mean(f["cpu_per_step"] for f in floors[-2:])
 
     print()
     print(
-        f"e2e on the demo (B 32, G 8): steady-state s/step, median of steps {args.skip + 1}-"
-        f"{args.steps}; floor = mean of " + " and ".join(f"{f['s_per_step']:.4f}" for f in floors)
+        f"e2e on the demo (B 32, G 8): steady-state s/step = median of steps {args.skip + 1}-"
+        f"{args.steps}; floor = mean of the floor runs before and after each config "
+        "(" + ", ".join(f"{f['s_per_step']:.4f}" for f in floors) + ")"
     )
-    print(f"{'config':<24}{'s/step':>9}{'mean':>9}{'x floor':>9}  goal      ")
-    print(f"{'floor (single process)':<24}{floor:>9.4f}{'':>9}{1.0:>9.2f}")
+    print(
+        f"{'config':<22}{'s/step':>8}{'mean':>8}{'floor':>8}{'x floor':>9}  {'goal':<14}"
+        f"{'CPU s/step':>11}{'floor CPU':>10}{'x':>6}"
+    )
     for r in rows:
-        ratio = r["median"] / floor
+        ratio = r["median"] / r["floor"]
         met = "met" if ratio <= r["goal"] else "NOT met"
+        cpu = sum(r["cpu"].values())
         print(
-            f"{r['label']:<24}{r['median']:>9.4f}{r['mean']:>9.4f}{ratio:>9.2f}  "
-            f"<= {r['goal']:.1f}x {met}"
+            f"{r['label']:<22}{r['median']:>8.4f}{r['mean']:>8.4f}{r['floor']:>8.4f}"
+            f"{ratio:>9.2f}  {'<= ' + format(r['goal'], '.1f') + 'x ' + met:<14}"
+            f"{cpu:>11.3f}{r['floor_cpu']:>10.3f}{cpu / r['floor_cpu']:>6.2f}"
         )
     print()
     print("where rlx's step goes (ms per step, steady-state window; main = the loop's thread)")
@@ -234,6 +298,14 @@ def main() -> None:
             secs, calls = r["background"][c]
             cells.append(f"{1e3 * secs / calls:.1f} ({calls})" if calls else "-")
         print(f"{c:<{width}}" + "".join(f"{x:>22}" for x in cells))
+    print("CPU ms per step by process tree (2 cores: 2000 ms of CPU per s of wall at most)")
+    names = sorted({k for r in rows for k in r["cpu"]})
+    for k in names:
+        print(f"{k:<{width}}" + "".join(f"{1e3 * r['cpu'].get(k, 0.0):>22.1f}" for r in rows))
+    print(
+        f"{'floor (one process)':<{width}}"
+        + "".join(f"{1e3 * r['floor_cpu']:>22.1f}" for r in rows)
+    )
     print()
     print(f"total {time.monotonic() - t_all:.0f} s")
     print(f"uptime after: {uptime()}")

@@ -29,8 +29,10 @@ clients (prompt encoding, VerifySample construction, payload, rollout-log append
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import subprocess
 import sys
 import tempfile
@@ -95,6 +97,11 @@ class LatencyModel:
         return self.gen_s * (1.0 + max(-4 * self.jitter, min(eps, 4 * self.jitter)))
 
 
+def _sleep(seconds: float) -> None:
+    if seconds > 0:
+        time.sleep(seconds)
+
+
 class _Clock:
     """CPU time the simulated clients spend on bookkeeping (to tell it from the controller's)."""
 
@@ -116,14 +123,14 @@ class SimWorker:
     def load_version(self, version: int, *, force: bool = False, timeout: Any = None) -> LoadResult:
         previous = self.loaded
         if previous != version or force:
-            time.sleep(self.model.load_s)
+            _sleep(self.model.load_s)
             self.loaded = version
         return LoadResult(version=version, previous=previous, pull_s=self.model.load_s, nbytes=0)
 
     def generate(self, unit: GenUnit, *, timeout: Any = None) -> GenerateResult:
         if unit.version != self.loaded:
             raise FailedPrecondition(f"worker has {self.loaded} loaded, unit needs {unit.version}")
-        time.sleep(self.model.gen_time(unit.unit_id))
+        _sleep(self.model.gen_time(unit.unit_id))
         c0 = time.thread_time()
         rng = self.model.rng("tokens/" + unit.unit_id)
         G = unit.samples_per_prompt
@@ -167,7 +174,7 @@ class SimVerifier:
 
     def verify(self, samples: Any, *, timeout: Any = None) -> list[SampleResult]:
         samples = list(samples)
-        time.sleep(self.model.verify_s * len(samples))
+        _sleep(self.model.verify_s * len(samples))
         c0 = time.thread_time()
         out = []
         for s in samples:
@@ -197,12 +204,12 @@ class SimTrainer:
     def train_step(self, batch: TrainBatch, *, expected_step: int | None = None) -> StepResult:
         if expected_step is not None and expected_step != self.step:
             raise FailedPrecondition(f"trainer at step {self.step}, expected {expected_step}")
-        time.sleep(self.model.train_s)
+        _sleep(self.model.train_s)
         self.step += 1
         return StepResult(self.step, self.step, {"loss": 0.0})
 
     def save_checkpoint(self) -> tuple[int, str]:
-        time.sleep(self.model.ckpt_s)
+        _sleep(self.model.ckpt_s)
         return self.step, f"sim://checkpoints/{self.step}"
 
     def close(self) -> None:
@@ -214,7 +221,7 @@ class SimParamServer:
         self.model = model
 
     def pull(self, version: int | None = None, **kw: Any) -> tuple[int, dict[str, np.ndarray]]:
-        time.sleep(self.model.pull_s)
+        _sleep(self.model.pull_s)
         v = version or 0
         return v, {"w": np.full(4, v, np.float32)}
 
@@ -226,14 +233,21 @@ class SimDriver(Driver):
     """The real Driver with simulated services (in-process clients, latency model)."""
 
     def __init__(
-        self, cfg: RunConfig, run_dir: Path, *, model: LatencyModel, timings: Timings, **kw: Any
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        *,
+        model: LatencyModel,
+        timings: Timings | None,
+        **kw: Any,
     ) -> None:
         super().__init__(cfg, run_dir, **kw)
         self.model = model
         self.timings = timings
         self.clock = _Clock()
         self.eval_sets = []  # held-out evaluation is not rollout throughput
-        self.rollouts.append = timings.wrap("rollout log append", self.rollouts.append)  # type: ignore[method-assign]
+        if timings is not None:
+            self.rollouts.append = timings.wrap("rollout log append", self.rollouts.append)  # type: ignore[method-assign]
 
     def _start_services(self) -> None:  # seam: no RunServices, in-process clients
         self.services = None
@@ -242,24 +256,25 @@ class SimDriver(Driver):
     def _connect(self) -> None:
         t, m = self.timings, self.model
         n = self.cfg.services.inference_workers
-        self.trainer = Timed(  # type: ignore[assignment]
-            SimTrainer(m),
-            t,
-            {"train_step": "trainer step", "save_checkpoint": "trainer checkpoint"},
+
+        def timed(client: Any, methods: dict[str, str]) -> Any:
+            return client if t is None else Timed(client, t, methods)
+
+        self.trainer = timed(
+            SimTrainer(m), {"train_step": "trainer step", "save_checkpoint": "trainer checkpoint"}
         )
-        self.workers = [  # type: ignore[misc]
-            Timed(
+        self.workers = [
+            timed(
                 SimWorker(i, m, self.clock),
-                t,
                 {"load_version": "worker load_version", "generate": "worker generate"},
             )
             for i in range(n)
         ]
         verifiers = max(1, self.cfg.services.verifier_workers)
-        self.verifiers = [  # type: ignore[misc]
-            Timed(SimVerifier(m, self.clock), t, {"verify": "verifier"}) for _ in range(verifiers)
+        self.verifiers = [
+            timed(SimVerifier(m, self.clock), {"verify": "verifier"}) for _ in range(verifiers)
         ]
-        self.paramserver = Timed(SimParamServer(m), t, {"pull": "paramserver pull"})  # type: ignore[assignment]
+        self.paramserver = timed(SimParamServer(m), {"pull": "paramserver pull"})
         self._worker_locks = [threading.Lock() for _ in self.workers]
 
     build_batch = timed_method("build_batch")(Driver.build_batch)
@@ -338,6 +353,66 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
+def profile_controller(
+    workers: int, *, data_dir: Path, max_new: int, tmp_root: str | None, top: int = 16
+) -> None:
+    """What one unit and one batch cost on the controller's CPU, serially (one thread, no GIL
+    contention) and with zero latencies: CPU per unit without a profiler, then cProfile's
+    functions by own time per unit (the profiler inflates the figures; use the shares)."""
+    model = LatencyModel().scaled(0.0)
+    with tempfile.TemporaryDirectory(prefix="rlx-sim-prof-", dir=tmp_root) as tmp:
+        run_dir = Path(tmp) / "run"
+        cfg = sim_config(run_dir, data_dir, workers, 3, max_new)
+        driver = SimDriver(cfg, run_dir, model=model, timings=None, log=lambda _m: None)
+        driver._connect()
+        driver.run_id = "profile"
+        units = list(driver.schedule.plan(0).units)
+        c0 = time.process_time()
+        payloads = [driver.run_unit(u) for u in units]
+        c1 = time.process_time()
+        driver.build_batch(0, payloads)
+        c2 = time.process_time()
+        sim_cpu = sum(driver.clock.cpu.values())
+        n = len(units)
+        print(
+            f"serial, one thread, {n} units of G {cfg.batch.group_size} x <= {max_new} tokens: "
+            f"run_unit {1e3 * (c1 - c0) / n:.3f} ms CPU/unit (simulated clients' bookkeeping "
+            f"{1e3 * sim_cpu / n:.3f} of it), build_batch {1e3 * (c2 - c1) / n:.3f} ms/unit"
+        )
+        units = list(driver.schedule.plan(1).units)
+        prof = cProfile.Profile()
+        prof.enable()
+        payloads = [driver.run_unit(u) for u in units]
+        driver.build_batch(1, payloads)
+        driver._snapshot(1, None, "reload", [], {})
+        prof.disable()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    print(f"cProfile, by own time, ms per unit (cumulative in brackets), batch of {n} units:")
+    for (path, line, func), (_cc, calls, tt, ct, _callers) in rows:
+        where = f"{Path(path).parent.name}/{Path(path).name}:{line}" if line else path
+        print(f"  {1e3 * tt / n:8.3f} ({1e3 * ct / n:8.3f})  {calls:>7}  {func}  {where}")
+    picks = [
+        ("driver.py", "run_unit"),
+        ("driver.py", "_gen_unit"),
+        ("driver.py", "_generate"),
+        ("driver.py", "_verify"),
+        ("rollout_log.py", "get"),
+        ("rollout_log.py", "append"),
+        ("rollout_log.py", "encode_record"),
+        ("rollout_log.py", "decode_record"),
+        ("verifier.py", "math"),
+        ("driver.py", "build_batch"),
+        ("driver.py", "_snapshot"),
+        ("sim.py", "generate"),
+        ("sim.py", "verify"),
+    ]
+    print("cumulative ms per unit of the controller's steps (profiled):")
+    for file, func in picks:
+        ct = sum(v[3] for (p, _l, f), v in stats.items() if f == func and p.endswith(file))
+        print(f"  {1e3 * ct / n:8.3f}  {file}:{func}")
+
+
 def _ms(x: float) -> str:
     return f"{1e3 * x:.2f}"
 
@@ -350,6 +425,7 @@ def main() -> None:  # noqa: PLR0915  (one report, top to bottom)
     ap.add_argument("--time-scale", type=float, default=1.0, help="multiplies every latency")
     ap.add_argument("--jitter", type=float, default=LatencyModel.jitter)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--profile-workers", type=int, default=512, help="0: no profile")
     args = ap.parse_args()
     sizes = [int(x) for x in args.workers.split(",")]
     model = replace(LatencyModel(), jitter=args.jitter).scaled(args.time_scale)
@@ -380,8 +456,16 @@ def main() -> None:  # noqa: PLR0915  (one report, top to bottom)
             rows.append(r)
             print(
                 f"  {r['units_per_s']:.2f} units/s, {r['s_per_step']:.3f} s/step, "
-                f"{r['wall_s']:.0f} s wall",
+                f"{r['wall_s']:.0f} s wall; {uptime()}",
                 flush=True,
+            )
+        if args.profile_workers:
+            print()
+            profile_controller(
+                args.profile_workers,
+                data_dir=Path(data),
+                max_new=args.max_new_tokens,
+                tmp_root=shm,
             )
     base = rows[0]["units_per_s"] / rows[0]["workers"]
     print()

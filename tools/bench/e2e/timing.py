@@ -91,6 +91,8 @@ def timed_method(category: str) -> Callable[[Callable[..., Any]], Callable[..., 
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.timings is None:  # not timed (e.g. under a profiler)
+                return fn(self, *args, **kwargs)
             t0, c0 = time.monotonic(), time.thread_time()
             try:
                 return fn(self, *args, **kwargs)
