@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from rlx_core.clients._base import ServiceClient
 from rlx_core.errors import InvalidArgument
 from rlx_core.proto.inference.v1 import inference_pb2 as pb
 from rlx_core.proto.inference.v1 import inference_pb2_grpc as pb_grpc
-from rlx_core.rpc.client import call, connect
+from rlx_core.rpc.client import call
 
 __all__ = [
     "FINISH_REASONS",
@@ -285,7 +286,7 @@ def status_from_proto(m: pb.StatusReply) -> InferenceStatus:
     )
 
 
-class InferenceClient:
+class InferenceClient(ServiceClient):
     """Typed access to one inference worker."""
 
     def __init__(
@@ -298,10 +299,10 @@ class InferenceClient:
         timeout: float = 3600.0,
     ) -> None:
         """`timeout` bounds Generate and LoadVersion (a long unit on a slow host takes minutes)."""
-        self.address = address
-        self._channel = channel or connect(address, token=token, token_file=token_file)
+        super().__init__(
+            address, token=token, token_file=token_file, channel=channel, timeout=timeout
+        )
         self._stub = pb_grpc.InferenceStub(self._channel)
-        self._timeout = timeout
 
     def generate(self, unit: WorkUnit, *, timeout: float | None = None) -> GenerateResult:
         """All rollouts of `unit`. Raises FailedPrecondition if the worker has another version
@@ -342,15 +343,6 @@ class InferenceClient:
             target=self.address,
         )
         return status_from_proto(reply)
-
-    def close(self) -> None:
-        self._channel.close()
-
-    def __enter__(self) -> InferenceClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def seeds_for(base: int, count: int) -> tuple[int, ...]:

@@ -7,16 +7,17 @@ from collections.abc import Callable
 
 import grpc
 
+from rlx_core.clients._base import ServiceClient
 from rlx_core.errors import DeadlineExceeded, Unavailable
 from rlx_core.lifecycle import State, StatusInfo
 from rlx_core.proto.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
-from rlx_core.rpc.client import DEFAULT_TIMEOUT_S, call, connect
+from rlx_core.rpc.client import DEFAULT_TIMEOUT_S, call
 from rlx_core.serving import status_from_proto
 
 __all__ = ["LifecycleClient"]
 
 
-class LifecycleClient:
+class LifecycleClient(ServiceClient):
     """Health, drain and shutdown of any rlx server."""
 
     def __init__(
@@ -28,10 +29,10 @@ class LifecycleClient:
         channel: grpc.Channel | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        self.address = address
-        self._channel = channel or connect(address, token=token, token_file=token_file)
+        super().__init__(
+            address, token=token, token_file=token_file, channel=channel, timeout=timeout
+        )
         self._stub = lifecycle_pb2_grpc.LifecycleStub(self._channel)
-        self._timeout = timeout
 
     def status(self, *, timeout: float | None = None) -> StatusInfo:
         """The server's state, version and facts (idempotent: retried while UNAVAILABLE)."""
@@ -92,12 +93,3 @@ class LifecycleClient:
             if on_wait is not None:
                 on_wait(last, time.monotonic() - start)
             time.sleep(poll_s)
-
-    def close(self) -> None:
-        self._channel.close()
-
-    def __enter__(self) -> LifecycleClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -43,10 +43,11 @@ import google_crc32c
 import grpc
 import numpy as np
 
+from rlx_core.clients._base import ServiceClient
 from rlx_core.errors import Corrupt, FailedPrecondition, InvalidArgument, NotFound, RlxError
 from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
 from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
-from rlx_core.rpc.client import call, connect
+from rlx_core.rpc.client import call
 from rlx_core.rpc.status import from_rpc_error
 from rlx_core.rpc.tensors import (
     DEFAULT_CHUNK_BYTES,
@@ -283,7 +284,7 @@ class _Mapping:
         self.close()
 
 
-class ParamServerClient:
+class ParamServerClient(ServiceClient):
     """Typed access to one paramserver replica."""
 
     def __init__(
@@ -299,10 +300,10 @@ class ParamServerClient:
     ) -> None:
         """`shared_memory`: None negotiates the same-host fast path, False never uses it, True
         requires it (raises if the server cannot)."""
-        self.address = address
-        self._channel = channel or connect(address, token=token, token_file=token_file)
+        super().__init__(
+            address, token=token, token_file=token_file, channel=channel, timeout=timeout
+        )
         self._stub = pb_grpc.ParamServerStub(self._channel)
-        self._timeout = timeout
         self._want_shm = shared_memory
         self._shm: bool | None = None if shared_memory is not False else False
         self._shm_lock = threading.Lock()
@@ -673,15 +674,6 @@ class ParamServerClient:
             timeout=self._timeout,
             target=self.address,
         )
-
-    def close(self) -> None:
-        self._channel.close()
-
-    def __enter__(self) -> ParamServerClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _crc32c(array: np.ndarray) -> int:

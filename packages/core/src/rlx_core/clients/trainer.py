@@ -23,10 +23,11 @@ from typing import Literal
 import grpc
 import numpy as np
 
+from rlx_core.clients._base import ServiceClient
 from rlx_core.errors import InvalidArgument
 from rlx_core.proto.trainer.v1 import trainer_pb2 as pb
 from rlx_core.proto.trainer.v1 import trainer_pb2_grpc as pb_grpc
-from rlx_core.rpc.client import DEFAULT_TIMEOUT_S, call, connect
+from rlx_core.rpc.client import DEFAULT_TIMEOUT_S, call
 from rlx_core.rpc.status import from_rpc_error
 from rlx_core.rpc.tensors import TensorAssembler, tensors_to_chunks
 
@@ -248,7 +249,7 @@ def _metrics(values: Mapping[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in sorted(values.items())}
 
 
-class TrainerClient:
+class TrainerClient(ServiceClient):
     """Typed access to the trainer service."""
 
     def __init__(
@@ -263,10 +264,10 @@ class TrainerClient:
     ) -> None:
         """`timeout` bounds the quick calls (Status); `step_timeout` Init, TrainStep, checkpoints
         (they compile, train, push and write whole models)."""
-        self.address = address
-        self._channel = channel or connect(address, token=token, token_file=token_file)
+        super().__init__(
+            address, token=token, token_file=token_file, channel=channel, timeout=timeout
+        )
         self._stub = pb_grpc.TrainerStub(self._channel)
-        self._timeout = timeout
         self._step_timeout = step_timeout
 
     def init(
@@ -356,12 +357,3 @@ class TrainerClient:
             mesh_shape=tuple(reply.mesh_shape),
             checkpoint_uri=reply.checkpoint_uri,
         )
-
-    def close(self) -> None:
-        self._channel.close()
-
-    def __enter__(self) -> TrainerClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -24,10 +24,11 @@ from typing import Any
 
 import grpc
 
+from rlx_core.clients._base import ServiceClient
 from rlx_core.errors import InvalidArgument
 from rlx_core.proto.verifier.v1 import verifier_pb2 as pb
 from rlx_core.proto.verifier.v1 import verifier_pb2_grpc as pb_grpc
-from rlx_core.rpc.client import DEFAULT_TIMEOUT_S, call, connect
+from rlx_core.rpc.client import DEFAULT_TIMEOUT_S, call
 
 __all__ = [
     "EXCLUDED",
@@ -326,7 +327,7 @@ def status_to_proto(s: VerifierStatus) -> pb.StatusReply:
     return pb.StatusReply(**asdict(s))
 
 
-class VerifierClient:
+class VerifierClient(ServiceClient):
     """Typed access to the verifier service."""
 
     def __init__(
@@ -340,10 +341,10 @@ class VerifierClient:
         verify_timeout: float = 3600.0,
     ) -> None:
         """`timeout` bounds Status; `verify_timeout` a Verify batch (it compiles and runs code)."""
-        self.address = address
-        self._channel = channel or connect(address, token=token, token_file=token_file)
+        super().__init__(
+            address, token=token, token_file=token_file, channel=channel, timeout=timeout
+        )
         self._stub = pb_grpc.VerifierStub(self._channel)
-        self._timeout = timeout
         self._verify_timeout = verify_timeout
 
     def verify(
@@ -385,12 +386,3 @@ class VerifierClient:
             cache_entries=reply.cache_entries,
             infra_retries=reply.infra_retries,
         )
-
-    def close(self) -> None:
-        self._channel.close()
-
-    def __enter__(self) -> VerifierClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
