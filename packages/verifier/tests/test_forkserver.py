@@ -18,8 +18,8 @@ from rlx_verifier import TestCase, Verifier
 from rlx_verifier.config import JudgeConfig
 
 
-def sandbox_processes() -> list[int]:
-    """Host pids running as a sandbox uid (61000 and up)."""
+def sandbox_processes(v: Verifier) -> list[int]:
+    """Host pids running as one of this verifier's sandbox uids."""
     found = []
     for pid in os.listdir("/proc"):
         try:
@@ -27,7 +27,7 @@ def sandbox_processes() -> list[int]:
         except OSError:
             continue
         uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
-        if uid >= 61000:
+        if uid in v.sandbox.uid_range:
             found.append(int(pid))
     return found
 
@@ -145,7 +145,7 @@ def test_a_run_leaves_nothing_for_the_next(one_worker: Verifier) -> None:
     assert "/tmp" in first[0].split()  # run 1 could write somewhere, and did
     net_ns, pid_ns = first[1].split()
     # Nothing of run 1 is left on the host either: no process of a sandbox uid.
-    assert sandbox_processes() == []
+    assert sandbox_processes(one_worker) == []
     time.sleep(0.3)  # a surviving daemon would have rewritten its file by now
     second = json.loads(run_py(one_worker, LOOK))
     assert second["ns"][0] == net_ns  # the same long-lived sandbox (same network namespace)...
@@ -153,7 +153,7 @@ def test_a_run_leaves_nothing_for_the_next(one_worker: Verifier) -> None:
     assert second["seen"] == []  # no file of run 1 anywhere
     assert second["port_open"] is False  # its daemon's listening socket is gone
     assert second["pids"] == [1, second["me"]]  # only its own init and itself
-    assert sandbox_processes() == []
+    assert sandbox_processes(one_worker) == []
 
 
 def test_each_run_is_isolated_and_limited(one_worker: Verifier) -> None:
@@ -179,39 +179,54 @@ def test_each_run_is_isolated_and_limited(one_worker: Verifier) -> None:
     }
 
 
-def fork_server_pids() -> list[int]:
-    found = []
-    for pid in os.listdir("/proc"):
+def fork_server_pids(v: Verifier) -> list[int]:
+    """The fork servers of `v`: python processes two levels below a bubblewrap whose command
+    line binds v's scratch root (other verifiers on this machine are left alone)."""
+    parents: dict[int, int] = {}
+    cmdlines: dict[int, bytes] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{name}/stat").read_text()
+            cmdlines[int(name)] = Path(f"/proc/{name}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"/rlx/forkserver.py" in cmdline and b"bwrap" not in cmdline:
-            found.append(int(pid))
-    return found
+        parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    ours = {p for p, c in cmdlines.items() if v.sandbox.scratch_root.encode() in c}
+    return [
+        p
+        for p, c in cmdlines.items()
+        if c.startswith(b"/usr/bin/python3")
+        and b"/rlx/forkserver.py" in c
+        and parents.get(parents.get(p, 0), 0) in ours
+    ]
 
 
 def test_a_dead_fork_server_is_infra_then_replaced() -> None:
     with Verifier(JudgeConfig(workers=1, cache_size=0, infra_retries=0)) as v:
         assert v.run_program("python", "print(1)").status == "AC"  # the server is up
-        before = fork_server_pids()
-        assert before
+        before = fork_server_pids(v)
+        assert len(before) == 1
         verdicts: list[str] = []
         slow = threading.Thread(
             target=lambda: verdicts.append(
-                v.run_program("python", "import time\ntime.sleep(20)", time_limit_s=30).status
+                v.run_program("python", "import time\ntime.sleep(30)", time_limit_s=60).status
             )
         )
         slow.start()
-        time.sleep(1.0)
-        for pid in before:
-            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not sandbox_processes(v) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the program runs
+        assert sandbox_processes(v)
+        os.kill(before[0], signal.SIGKILL)
         slow.join(timeout=60)
         assert verdicts == ["INFRA"]  # the verifier's failure, never a WA/RE/TLE
-        assert sandbox_processes() == []  # the sleeping program died with its sandbox
+        assert sandbox_processes(v) == []  # the sleeping program died with its sandbox
         ok = v.judge("python", "print(int(input()) * 2)", [TestCase(stdin="21", answer="42")])
         assert ok.status == "AC"  # a new server took over
-        assert set(fork_server_pids()).isdisjoint(before)
+        after = fork_server_pids(v)
+        assert len(after) == 1 and after != before
 
 
 def test_per_run_runner_stays_available() -> None:

@@ -184,7 +184,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         ("verifier -> server", "sent", "received"),
         ("clone, new namespaces", "received", "init"),
         ("mounts (/proc /tmp /prog)", "init", "mounted"),
-        ("program (fork..reaped)", "mounted", "reaped"),
+        ("fork, limits, uid, exec", "mounted", "execed"),
+        ("program (exec..reaped)", "execed", "reaped"),
         ("kill + reap leftovers", "reaped", "cleaned"),
         ("report -> verifier", "cleaned", "replied"),
     ]

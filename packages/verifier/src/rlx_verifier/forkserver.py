@@ -3,20 +3,21 @@
 `Sandbox` starts bubblewrap once per worker with the same isolation as a per-run sandbox and this
 file as its program (`python3 -I -S -B forkserver.py FD`, FD a SOCK_SEQPACKET socket to the
 verifier). The server itself runs as root of the sandbox with only the capabilities it needs
-(SETUID, SETGID, SETPCAP, SYS_ADMIN, KILL). For each request (a JSON message carrying the stdin,
-stdout and stderr descriptors) it:
+(SETUID, SETGID, SETPCAP, SYS_ADMIN, KILL) and an empty bounding set (emptied at start: no program
+it starts can regain a capability through exec). For each request (a JSON message carrying the
+stdin, stdout and stderr descriptors and the write end of the request's report pipe) it:
 
-1. creates a fresh PID namespace for the run's children (`unshare(CLONE_NEWPID)`) and forks the
-   run's init, which unshares a new mount and IPC namespace, mounts a fresh /proc (only the run's
-   processes are visible), a fresh size-capped tmpfs on /tmp (the work directory), binds the
-   program's build read-only on /prog and detaches the server's own mounts (/rlx);
-2. the init forks the program: `setsid`, stdio, every other descriptor closed, the bounding set
-   emptied, groups cleared, the sandbox uid set (no capabilities left), no_new_privs, rlimits
-   (CPU, address space, processes, file size, open files, no core files), cleared environment,
-   then `execve`;
+1. clones the run's init into fresh PID, mount and IPC namespaces; the init mounts a fresh /proc
+   (only the run's processes are visible), a fresh size-capped tmpfs on /tmp (the work
+   directory), binds the program's build (and its language's toolchain) read-only, detaches the
+   server's own mounts and covers /rlx with an empty read-only tmpfs;
+2. the init forks the program: `setsid`, stdio, every other descriptor closed, groups cleared,
+   the server's sandbox uid (no capabilities left), no_new_privs, rlimits (CPU, address space,
+   processes, file size, open files, no core files), cleared environment, then `execve`;
 3. when the program exits the init SIGKILLs everything left in the namespace, reaps it, and
-   reports the exit status, CPU time, wall time and peak RSS (wait4) over a pipe; a wall-clock
-   timeout makes the server SIGKILL the init, which takes the whole namespace with it.
+   writes the report (exit status, CPU time, wall time, peak RSS from wait4) straight to the
+   verifier; a wall-clock timeout makes the server SIGKILL the init, which takes the whole
+   namespace with it, and report the timeout.
 
 Nothing of one run (process, file, SysV IPC object, mount) outlives it: the namespaces that held
 them die with the init before the next request is read.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import resource
@@ -69,10 +71,15 @@ def _mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str 
     _check(ret, f"mount {dst}")
 
 
-def _drop_privileges(uid: int | None) -> None:
+def _empty_bounding_set() -> None:
+    """Done once by the server: it keeps its own capabilities (permitted, effective), but no
+    program it starts can ever regain one through exec."""
     for cap in range(CAP_LAST + 1):
         _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+
+
+def _drop_privileges(uid: int | None) -> None:
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -114,10 +121,11 @@ def _program(req: dict, fds: list[int], failed: int) -> None:
             os._exit(EXEC_FAILED)
 
 
-def _init(req: dict, fds: list[int], report: int) -> None:
-    """The run's init (pid 1 of a fresh PID namespace): never returns."""
+def _init(req: dict, fds: list[int], report: int, done: int, received: float) -> None:
+    """The run's init (pid 1 of a fresh PID namespace): reports straight to the verifier, then
+    tells the server it did; never returns."""
     result: dict = {}
-    marks = {"init": time.monotonic()}
+    marks = {"received": received, "init": time.monotonic()}
     try:
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -138,6 +146,7 @@ def _init(req: dict, fds: list[int], report: int) -> None:
         for fd in fds:
             os.close(fd)
         why = os.read(failed_r, 4096)
+        marks["execed"] = time.monotonic()
         os.close(failed_r)
         cpu, rss = 0.0, 0
         while True:  # reap orphans too until the program itself is done
@@ -163,7 +172,8 @@ def _init(req: dict, fds: list[int], report: int) -> None:
     except BaseException as e:  # the sandbox's failure, not the program's
         result = {"error": f"{type(e).__name__}: {e}"}
     try:
-        os.write(report, json.dumps(result).encode() + b"\n")
+        _send(report, result)
+        os.write(done, b"1")
     finally:
         os._exit(0)
 
@@ -183,62 +193,73 @@ def _clone_run_namespaces() -> int:
     return pid
 
 
-def _serve_one(req: dict, fds: list[int]) -> dict:
-    r, w = os.pipe()
+def _serve_one(req: dict, fds: list[int], report: int) -> dict | None:
+    """Start one run; None once its init has reported to the verifier itself, else the report
+    the server owes (timeout, or an init that died without one)."""
+    done_r, done_w = os.pipe()
     received = time.monotonic()
     try:
         pid = _clone_run_namespaces()
         if pid == 0:
-            os.close(r)
-            _init(req, fds, w)
+            os.close(done_r)
+            _init(req, fds, report, done_w, received)
     finally:
-        os.close(w)
+        os.close(done_w)
         for fd in fds:
             os.close(fd)
-    deadline = time.monotonic() + req["wall"]
-    data = b""
     try:
-        while True:
-            ready, _, _ = select.select([r], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:  # the wall clock ran out: the init's death kills the whole namespace
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return {"timeout": True}
-            chunk = os.read(r, 65536)
-            data += chunk
-            if not chunk or data.endswith(b"\n"):  # a whole report: no need to wait for the
-                break  # init's exit (its namespaces' teardown)
+        ready, _, _ = select.select([done_r], [], [], req["wall"])
+        if not ready:  # the wall clock ran out: the init's death kills the whole namespace
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return {"timeout": True}  # (if the init had just reported, the verifier has that)
+        if not os.read(done_r, 1):
+            os.waitpid(pid, 0)
+            return {"error": "the run's init died without a report"}
     finally:
-        os.close(r)
+        os.close(done_r)
     # The init reported after every process of the run was reaped; its own exit (namespace
-    # teardown) overlaps with the verifier reading the result.
-    if not data:
-        os.waitpid(pid, 0)
-        return {"error": "the run's init died without a report"}
-    reply = dict(json.loads(data))
-    reply.setdefault("marks", {})["received"] = received
-    return reply
+    # teardown) overlaps with the verifier reading the report and sending the next request.
+    return None
+
+
+def _send(report: int, reply: dict) -> None:
+    with contextlib.suppress(OSError):  # the verifier gave up on this run
+        os.write(report, json.dumps(reply).encode() + b"\n")
 
 
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a report pipe the verifier closed
+    _empty_bounding_set()
+    # No garbage collection: the server allocates little, and a collection in a forked child
+    # would touch (copy) every page of the parent's heap.
+    gc.disable()
+    gc.freeze()
     sock.send(b'{"ready": true}')
     while True:
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        # a request: JSON, and stdin, stdout, stderr and the write end of its report pipe
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
         if not msg:
             return
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            continue
         while True:  # reap earlier inits, whose namespaces are already empty
             try:
                 if os.waitpid(-1, os.WNOHANG)[0] == 0:
                     break
             except ChildProcessError:
                 break
+        report = fds.pop()
         try:
-            reply = _serve_one(json.loads(msg), fds)
+            reply = _serve_one(json.loads(msg), fds, report)
         except Exception as e:  # reported as a sandbox failure (INFRA)
             reply = {"error": f"{type(e).__name__}: {e}"}
-        sock.send(json.dumps(reply).encode())
+        if reply is not None:
+            _send(report, reply)
+        os.close(report)
 
 
 if __name__ == "__main__":

@@ -122,6 +122,7 @@ class Sandbox:
         # One uid per concurrent run, so one run's fork bomb cannot starve another's NPROC;
         # fork servers get uids of their own after those.
         first = uid_base + (os.getpid() % 1000) * (SLOTS + SERVERS)
+        self.uid_range = range(first, first + SLOTS + SERVERS)  # (as root) every uid runs use
         self._uids: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(SLOTS):
             self._uids.put(first + i if self.root else os.geteuid())
@@ -588,15 +589,29 @@ class _ForkServer:
         return self.proc.poll() is None
 
     def call(self, request: dict[str, object], fds: list[int], timeout: float) -> dict[str, object]:
+        """Send one request with its stdio; the run's init writes the report (one JSON line) to
+        a pipe of this request's own, or the server does (timeout, failure)."""
+        r, w = os.pipe()
         try:
-            socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
-            self.sock.settimeout(timeout)
-            data = self.sock.recv(1 << 20)
-        except OSError as e:
-            raise SandboxError(f"the fork server failed: {e}") from None
-        if not data:
-            raise SandboxError(f"the fork server died: {self._output() or 'no output'}")
-        reply: dict[str, object] = json.loads(data)
+            try:
+                socket.send_fds(self.sock, [json.dumps(request).encode()], [*fds, w])
+            except OSError as e:
+                raise SandboxError(f"the fork server failed: {e}") from None
+            finally:
+                os.close(w)
+            data = b""
+            deadline = time.monotonic() + timeout
+            while not data.endswith(b"\n"):
+                ready, _, _ = select.select([r], [], [], max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    raise SandboxError(f"the fork server did not answer within {timeout:.0f} s")
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    raise SandboxError(f"the fork server died: {self._output() or 'no output'}")
+                data += chunk
+        finally:
+            os.close(r)
+        reply: dict[str, object] = json.loads(data.split(b"\n", 1)[0])
         return reply
 
     def _output(self) -> str:
