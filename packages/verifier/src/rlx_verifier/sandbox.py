@@ -11,6 +11,14 @@ need, a private size-capped tmpfs /tmp as the working directory, a cleared envir
 `--die-with-parent` and `--new-session`. `prlimit` applies CPU, address space, process, file size
 and open-file limits and disables core files. stdout and stderr go to files in a root-only scratch
 directory, capped by RLIMIT_FSIZE (a program writing more gets SIGXFSZ).
+
+Two runners. `per-run`: the above, a new bubblewrap for every run. `forkserver` (default as root):
+runs whose only binds are a build under the scratch root (at /prog) and a language's toolchain go
+to one of up to SERVERS long-lived bubblewrap sandboxes with the same isolation, each running
+`forkserver.py`, which gives every run fresh PID, mount and IPC namespaces, /proc, tmpfs /tmp,
+the server's own uid, the same rlimits, and kills whatever the run left before it reports (see
+that module). stdin, stdout and stderr are memfds there. Compilers and checkers (writable or
+other binds) keep the per-run path.
 """
 
 from __future__ import annotations
