@@ -1,16 +1,18 @@
-"""The paged KV cache gives the numbers of the full forward: prefill then one-token decode steps,
-with blocks scattered over the pool in any order, padding rows and idle rows (f32, 1e-5)."""
+"""The paged KV cache gives the numbers of the full forward: prefill then one-token decode steps
+(one per call, or several per call), with blocks scattered over the pool in any order, padding
+rows and idle rows (f32, 1e-5)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from rlx_model import forward, load_checkpoint, logits
-from rlx_model.paged import init_paged_cache
+from rlx_model.paged import init_paged_cache, paged_decode_steps
 from rlx_model.paged import paged_decode as _paged_decode
 from rlx_model.paged import paged_prefill as _paged_prefill
 
@@ -99,4 +101,58 @@ def test_decode_ignores_garbage_beyond_the_position(model) -> None:
         _, cache = paged_prefill(params, cfg, tokens, lengths, tables, start)
         h, _ = paged_decode(params, cfg, tokens[:, 0], lengths, tables, cache, span_blocks=6)
         outs.append(np.asarray(h))
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def _forced_steps(cfg, params, tokens, steps: int, span_blocks: int):
+    """paged_decode_steps fed the given tokens (teacher forcing): per-step logits and the cache."""
+
+    @jax.jit
+    def run(params, first, positions, tables, cache, later):
+        def choose(hidden, pos):
+            # the next token is the sequence's own token at pos + 1 (clipped), not a sample
+            nxt = later[jnp.arange(later.shape[0]), jnp.minimum(pos + 1, later.shape[1] - 1)]
+            return nxt, logits(params, cfg, hidden)
+
+        return paged_decode_steps(
+            params,
+            cfg,
+            first,
+            positions,
+            tables,
+            cache,
+            choose,
+            span_blocks=span_blocks,
+            steps=steps,
+        )
+
+    return run
+
+
+def test_several_steps_per_call_equal_full_forward_and_the_cache_holds_them(model) -> None:
+    """Two calls of 5 steps after a prefill: every step's logits are the full forward's, the
+    keys the steps wrote serve the next call, and stale keys in the blocks are never read."""
+    cfg, params = model
+    rng = np.random.default_rng(3)
+    rows, total = 3, 22
+    tokens = rng.integers(0, cfg.vocab_size, (rows, total)).astype(np.int32)
+    lengths = np.array([5, 9, 1], np.int32)
+    full = np.asarray(jax.jit(lambda p, t: logits(p, cfg, forward(p, cfg, t)[0]))(params, tokens))
+    tables = _tables(rng, rows, W, NB)
+    prompt = np.where(np.arange(12)[None] < lengths[:, None], tokens[:, :12], 0)
+    run = _forced_steps(cfg, params, tokens, steps=5, span_blocks=6)
+    outs = []
+    clean = init_paged_cache(cfg, NB, BS)
+    for start in (clean, clean._replace(k=clean.k + 3.0, v=clean.v - 2.0)):  # then stale keys
+        _, cache = paged_prefill(params, cfg, prompt, lengths, tables, start)
+        got = []
+        for call in range(2):
+            pos = lengths + 5 * call
+            first = tokens[np.arange(rows), pos]
+            step_logits, cache = run(params, first, pos, tables, cache, tokens)
+            got.append(np.asarray(step_logits))  # [steps, rows, V]
+            for j in range(5):
+                want = full[np.arange(rows), pos + j]
+                np.testing.assert_allclose(got[-1][j], want, atol=1e-5, rtol=0)
+        outs.append(np.concatenate(got))
     np.testing.assert_array_equal(outs[0], outs[1])

@@ -4,15 +4,17 @@ One work unit at a time. Its samples (prompt-major) wait in a FIFO queue; at eac
 scheduler fills free slots, lowest slot first, with the queue's head while the block pool can
 hold the head's whole sequence (prompt + max_new_tokens: blocks are reserved on admission, so a
 running sequence never runs out; when the pool is full the head waits for blocks, never OOMs).
-The admitted sequences are prefilled together (grouped by padded length), then every live slot
-decodes `steps_per_call` tokens in one compiled call; finished sequences (stop token, stop
-sequence, max_new_tokens) return their blocks, and the next boundary refills their slots.
+The admitted sequences are prefilled together (longest first, grouped by padded length), then
+every live slot decodes `steps_per_call` tokens in one compiled call (the cached keys gathered
+once per call, the call's own keys kept aside and written at its end); finished sequences (stop
+token, stop sequence, max_new_tokens) return their blocks, and the next boundary refills their
+slots.
 
 Every decision depends only on the unit (prompt lengths, drawn tokens), never on wall time, so
 the tokens and log-probs of a unit are a pure function of (weights, prompts, sampling, seeds).
-Shapes are bucketed (decode: `slots` rows, span rounded up to `span_bucket`; prefill: rows and
-length rounded up to powers of two), so a steady state runs only compiled programs; with the
-persistent compilation cache a restarted worker does not compile them again.
+Shapes are bucketed (decode: `slots` rows, span rounded up to `span_bucket`; prefill: rows
+rounded up to a power of two, length to a quarter of one), so a steady state runs only compiled
+programs; with the persistent compilation cache a restarted worker does not compile them again.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from rlx_inference.blocks import BlockPool
 from rlx_inference.config import EngineConfig
 from rlx_inference.sampling import knobs_of, sample_rows, seed_keys
 from rlx_model import ModelConfig, Params, logits, param_shapes
-from rlx_model.paged import PagedKVCache, init_paged_cache, paged_decode, paged_prefill
+from rlx_model.paged import PagedKVCache, init_paged_cache, paged_decode_steps, paged_prefill
 
 __all__ = ["Engine", "enable_compile_cache", "params_from_flat"]
 
@@ -93,14 +95,6 @@ def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def _pow4(n: int) -> int:
-    """The smallest power of 4 >= n: prefill row buckets (few shapes, at most 4x padding)."""
-    p = 1
-    while p < n:
-        p *= 4
-    return p
-
-
 @partial(jax.jit, static_argnums=(1,), donate_argnums=(2,))
 def _prefill_call(
     params: Params,
@@ -132,16 +126,12 @@ def _decode_call(
 ) -> tuple[jax.Array, jax.Array, jax.Array, PagedKVCache]:
     """`steps` decode steps: feed each row's token at its position, sample the next."""
 
-    def body(
-        carry: tuple[jax.Array, jax.Array, PagedKVCache], _: None
-    ) -> tuple[tuple[jax.Array, jax.Array, PagedKVCache], tuple[jax.Array, ...]]:
-        tok, pos, cache = carry
-        hidden, cache = paged_decode(params, cfg, tok, pos, tables, cache, span_blocks=span_blocks)
+    def choose(hidden: jax.Array, pos: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
         new, slp, mlp = sample_rows(logits(params, cfg, hidden), keys, pos + 1, *knobs)
-        return (new, pos + 1, cache), (new, slp, mlp)
+        return new, (new, slp, mlp)
 
-    (_, _, cache), (toks, slps, mlps) = jax.lax.scan(
-        body, (tokens, positions, cache), None, length=steps
+    (toks, slps, mlps), cache = paged_decode_steps(
+        params, cfg, tokens, positions, tables, cache, choose, span_blocks=span_blocks, steps=steps
     )
     return toks, slps, mlps, cache
 
@@ -356,10 +346,15 @@ class Engine:
                 slots[i] = None
 
     def _rows(self, n: int) -> int:
-        return min(_pow4(n), _pow2(self.config.slots))
+        """Prefill rows: a power of two >= 4 (below 4 rows the matmuls take another kernel, whose
+        rounding differs: a prompt must give the same bits whatever its batch mates)."""
+        return min(max(4, _pow2(n)), _pow2(self.config.slots))
 
     def _bucket_len(self, n: int) -> int:
-        return min(max(16, _pow2(n)), self.config.max_context)
+        """n rounded up to a quarter of its power of two (>= 16): <= 25% padding, 4 shapes per
+        octave."""
+        step = max(16, _pow2(n) // 4)
+        return min(-(-n // step) * step, self.config.max_context)
 
     def _prefill(
         self,
@@ -368,18 +363,19 @@ class Engine:
         stops: set[int],
         stop_seqs: list[list[int]],
     ) -> None:
-        """Prefill `seqs` (in order) in groups whose rows x padded length fit the budget."""
+        """Prefill `seqs`, longest first (ties in admission order), in groups whose rows x padded
+        length fit the budget: similar lengths share a call, so little of it is padding. Each row
+        is computed on its own, so the grouping changes no number."""
         budget = self.config.max_prefill_tokens
+        seqs = sorted(seqs, key=lambda q: -len(q.context))
         i = 0
         while i < len(seqs):
             group = [seqs[i]]
-            length = self._bucket_len(len(seqs[i].context))
-            for seq in seqs[i + 1 :]:
-                grown = max(length, self._bucket_len(len(seq.context)))
-                if self._rows(len(group) + 1) * grown > budget:
+            length = self._bucket_len(len(seqs[i].context))  # the longest of the group
+            for _ in seqs[i + 1 :]:
+                if self._rows(len(group) + 1) * length > budget:
                     break
-                group.append(seq)
-                length = grown
+                group.append(seqs[i + len(group)])
             i += len(group)
             rows = self._rows(len(group))
             tokens = np.zeros((rows, length), np.int32)
@@ -416,10 +412,10 @@ class Engine:
             tokens[i] = q.out[-1]
             positions[i] = len(q.prompt) + len(q.out) - 1
             keys[i] = q.key
-        # every step j reads positions <= position + j; round the span up to a bucket
-        reach = int(positions.max()) + steps
+        # the cached positions 0..position-1 (the call's own steps live outside the cache),
+        # rounded up to a bucket
         bucket = self.config.span_bucket
-        span = -(-reach // bucket) * bucket
+        span = max(1, -(-int(positions.max()) // bucket)) * bucket
         span_blocks = min(self.width, -(-span // self.config.block_size))
         toks, slps, mlps, self.cache = _decode_call(
             self.params,

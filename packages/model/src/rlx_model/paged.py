@@ -23,7 +23,8 @@ distribution.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +33,13 @@ from rlx_model.config import ModelConfig
 from rlx_model.decoder import _DTYPES, Params, block_tail, qkv_projection
 from rlx_model.layers import _NEG, attention, rms_norm, rope_frequencies
 
-__all__ = ["PagedKVCache", "init_paged_cache", "paged_decode", "paged_prefill"]
+__all__ = [
+    "PagedKVCache",
+    "init_paged_cache",
+    "paged_decode",
+    "paged_decode_steps",
+    "paged_prefill",
+]
 
 SINK_BLOCK = 0  # written by padding and idle rows, never read as a real key
 
@@ -194,3 +201,112 @@ def paged_decode(
     x, (ks, vs) = jax.lax.scan(step, x, (params["layers"], cache.k, cache.v))
     hidden = rms_norm(x[:, 0], params["final_norm"], cfg.rms_norm_eps)
     return hidden, _write(cache, ks, vs, block, offset)
+
+
+def _steps_attention(
+    q: jax.Array,
+    keys: jax.Array,
+    values: jax.Array,
+    valid: jax.Array,
+    local_k: jax.Array,
+    local_v: jax.Array,
+    local_valid: jax.Array,
+) -> jax.Array:
+    """One query per row over its cached keys (gathered once per call) and the keys of this
+    call's steps so far, own key included.
+
+    q [B, 1, H, d]; keys, values [K, B, S, d]; valid [B, S]; local_k, local_v [K, B, T, d];
+    local_valid [T] (steps <= the current one). Softmax over both parts together, in float32.
+    """
+    b, _, h, d = q.shape
+    kv = keys.shape[0]
+    scale = 1.0 / math.sqrt(d)
+    f32 = jnp.float32
+    qg = q.reshape(b, kv, h // kv, d).transpose(1, 0, 2, 3)  # [K, B, G, d]
+    cached = jnp.einsum("kbgd,kbsd->kbgs", qg, keys, preferred_element_type=f32) * scale
+    cached = jnp.where(valid[None, :, None, :], cached, _NEG)
+    local = jnp.einsum("kbgd,kbtd->kbgt", qg, local_k, preferred_element_type=f32) * scale
+    local = jnp.where(local_valid[None, None, None, :], local, _NEG)
+    top = jnp.maximum(cached.max(axis=-1), local.max(axis=-1))[..., None]
+    e_cached = jnp.exp(cached - top)
+    e_local = jnp.exp(local - top)
+    denom = (e_cached.sum(axis=-1) + e_local.sum(axis=-1))[..., None]
+    out = jnp.einsum(
+        "kbgs,kbsd->kbgd",
+        (e_cached / denom).astype(values.dtype),
+        values,
+        preferred_element_type=f32,
+    )
+    out = out + jnp.einsum(
+        "kbgt,kbtd->kbgd",
+        (e_local / denom).astype(local_v.dtype),
+        local_v,
+        preferred_element_type=f32,
+    )
+    return out.transpose(1, 0, 2, 3).reshape(b, 1, h, d).astype(q.dtype)
+
+
+def paged_decode_steps(
+    params: Params,
+    cfg: ModelConfig,
+    tokens: jax.Array,
+    positions: jax.Array,
+    tables: jax.Array,
+    cache: PagedKVCache,
+    choose: Callable[[jax.Array, jax.Array], tuple[jax.Array, Any]],
+    *,
+    span_blocks: int,
+    steps: int,
+) -> tuple[Any, PagedKVCache]:
+    """`steps` decode steps in one program: tokens, positions [B] are the first step's.
+
+    Step j feeds each row's token at position + j, and `choose(hidden [B, D], position + j)`
+    returns the next tokens [B] (fed to step j + 1) and any per-step outputs, stacked over the
+    steps and returned with the cache. The cached positions 0..position-1 are gathered from
+    the first `span_blocks` blocks once per call (not once per step: the gather, not the
+    arithmetic, dominated decode attention); the keys and values of the call's own steps live
+    in a small [K, B, steps, d] buffer per layer, and all of them are written to the cache in
+    one scatter at the end. The layers are unrolled (static per-layer weights and keys: slicing
+    a stacked array inside the step loop copied it every step). A row whose position + j leaves
+    its table writes only the sink.
+    """
+    b = tokens.shape[0]
+    bs = cache.block_size
+    nl, nk, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
+    span = span_blocks * bs
+    gather = tables[:, :span_blocks]
+    valid = jnp.arange(span, dtype=jnp.int32)[None, :] < positions[:, None]
+    cdt = _DTYPES[cfg.compute_dtype]
+    inv_freq = rope_frequencies(cfg)
+    embed = params["embed"].astype(cdt)
+    layers = [jax.tree.map(lambda a, i=i: a[i], params["layers"]) for i in range(nl)]
+    shape = (nk, b, span, d)
+    keys = [cache.k[i][:, gather].reshape(shape).astype(cdt) for i in range(nl)]
+    values = [cache.v[i][:, gather].reshape(shape).astype(cdt) for i in range(nl)]
+    local0 = jnp.zeros((nl, nk, b, steps, d), cdt)
+
+    def step(
+        carry: tuple[jax.Array, jax.Array, jax.Array], j: jax.Array
+    ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], Any]:
+        tok, lk, lv = carry
+        pos = positions + j
+        x = embed[tok[:, None]]
+        local_valid = jnp.arange(steps) <= j
+        for i in range(nl):
+            _, q, k, v = qkv_projection(cfg, inv_freq, x, layers[i], pos[:, None])
+            lk = lk.at[i, :, :, j].set(k[:, 0].transpose(1, 0, 2))
+            lv = lv.at[i, :, :, j].set(v[:, 0].transpose(1, 0, 2))
+            attn = _steps_attention(q, keys[i], values[i], valid, lk[i], lv[i], local_valid)
+            x = block_tail(cfg, x, layers[i], attn)
+        hidden = rms_norm(x[:, 0], params["final_norm"], cfg.rms_norm_eps)
+        new, out = choose(hidden, pos)
+        return (new, lk, lv), out
+
+    (_, lk, lv), outs = jax.lax.scan(
+        step, (tokens, local0, local0), jnp.arange(steps, dtype=jnp.int32)
+    )
+    pos = positions[:, None] + jnp.arange(steps, dtype=jnp.int32)[None, :]  # [B, steps]
+    block, offset = _slot_of(tables, pos, jnp.ones_like(pos, bool), bs)
+    ks = lk.transpose(0, 2, 3, 1, 4)  # [L, B, steps, K, d]
+    vs = lv.transpose(0, 2, 3, 1, 4)
+    return outs, _write(cache, ks, vs, block, offset)
