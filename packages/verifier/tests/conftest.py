@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,79 +28,10 @@ def verifier() -> Iterator[Verifier]:
     v.close()
 
 
-# --- object-storage servers for the test-repository tests (as in packages/core/tests) ----------
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[str]:
-    """moto's S3 server in a thread; yields its endpoint URL."""
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def gcs_server() -> Iterator[str]:
-    """gcp-storage-emulator in a thread, in-memory; yields its endpoint URL."""
-    import logging
-
-    from gcp_storage_emulator.server import create_server
-
-    logging.getLogger("gcp_storage_emulator").setLevel(logging.ERROR)
-    logging.getLogger("api.object").setLevel(logging.ERROR)
-    port = free_port()
-    server = create_server("127.0.0.1", port, in_memory=True)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
 @pytest.fixture(params=["local", "s3", "gcs"])
-def repo_uri(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> str:
-    """A fresh, empty test-repository root on each storage backend."""
-    import uuid
-
-    bucket = f"rlx-{uuid.uuid4().hex[:12]}"
-    if request.param == "local":
-        return str(tmp_path / "repo")
-    if request.param == "s3":
-        import boto3
-
-        endpoint = request.getfixturevalue("s3_server")
-        for var in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
-            monkeypatch.delenv(var, raising=False)
-        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-        boto3.session.Session().client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
-        return f"s3://{bucket}/tests"
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", request.getfixturevalue("gcs_server"))
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    storage.Client(project="test", credentials=AnonymousCredentials()).create_bucket(bucket)
-    return f"gs://{bucket}/tests"
+def repo_uri(request: pytest.FixtureRequest, new_root: Callable[[str, str], str]) -> str:
+    """A fresh, empty test-repository root on each storage backend (rlx_core.testing)."""
+    return new_root(request.param, "tests")
 
 
 # Task used by the service and repository tests: print two non-negative integers summing to N

@@ -20,7 +20,6 @@ programs; with the persistent compilation cache a restarted worker does not comp
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -37,7 +36,7 @@ from rlx_core.errors import ConfigError, FailedPrecondition, InvalidArgument
 from rlx_inference.blocks import BlockPool
 from rlx_inference.config import EngineConfig
 from rlx_inference.sampling import knobs_of, sample_rows, seed_keys
-from rlx_model import ModelConfig, Params, logits, param_shapes
+from rlx_model import ModelConfig, Params, enable_compile_cache, logits, param_shapes
 from rlx_model.paged import PagedKVCache, init_paged_cache, paged_decode_steps, paged_prefill
 
 __all__ = ["Engine", "enable_compile_cache", "params_from_flat"]
@@ -47,21 +46,6 @@ log = logging.getLogger(__name__)
 # A pending weight swap: (params, version); polled at every boundary of a running unit.
 Swap = tuple[Params, int]
 _NP = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(jnp.bfloat16)}
-_COMPILE_CACHE: dict[str, str] = {}  # "dir": the persistent cache directory, once set
-
-
-def enable_compile_cache(directory: str) -> str | None:
-    """Turn on JAX's persistent compilation cache in `directory` (once per process); returns the
-    directory in use. "" leaves it off."""
-    if not directory or "dir" in _COMPILE_CACHE:
-        return _COMPILE_CACHE.get("dir")
-    path = os.path.expanduser(directory)
-    os.makedirs(path, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    _COMPILE_CACHE["dir"] = path
-    return path
 
 
 def params_from_flat(cfg: ModelConfig, flat: Mapping[str, np.ndarray]) -> Params:
