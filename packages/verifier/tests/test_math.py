@@ -56,3 +56,21 @@ def test_gsm8k_and_math500_gold_answers_are_accepted(verifier: Verifier) -> None
     assert got == ["AC"] * len(jobs)
     wrong = verifier.math("So the answer is 1000001.", gsm[0]["answer"])
     assert wrong.status == "WA"
+
+
+INTEGER_PAIRS = [("72", "72"), ("72", "072"), ("-5", "-5"), ("5", "-5"), ("+3", "3"), ("10", "1")]
+INTEGER_PAIRS += [("123456789012345678901234567890", "123456789012345678901234567890")]
+
+
+@pytest.mark.parametrize(("gold", "answer"), INTEGER_PAIRS)
+def test_integer_fast_path_agrees_with_math_verify(gold: str, answer: str) -> None:
+    from rlx_verifier.math_answers import _compare, integers_equal
+
+    assert integers_equal(gold, answer) == _compare(gold, answer)
+
+
+def test_integer_fast_path_leaves_everything_else_to_math_verify() -> None:
+    from rlx_verifier.math_answers import integers_equal
+
+    for gold, answer in [("0.5", "1/2"), ("72", "72.0"), ("x", "x"), ("1" * 101, "1" * 101)]:
+        assert integers_equal(gold, answer) is None

@@ -81,6 +81,18 @@ def _wrap(answer: str) -> str:
     return answer if "$" in answer else f"${answer}$"
 
 
+_INTEGER = re.compile(r"[+-]?\d{1,100}")
+
+
+def integers_equal(gold: str, answer: str) -> bool | None:
+    """When both are plain integers (up to 100 digits), whether they are equal (what
+    math-verify decides for them, without its parser); None otherwise."""
+    g, a = gold.strip(), answer.strip()
+    if _INTEGER.fullmatch(g) and _INTEGER.fullmatch(a):
+        return int(g) == int(a)
+    return None
+
+
 def _compare(gold: str, answer: str) -> bool:
     from math_verify import parse, verify
 
@@ -163,6 +175,9 @@ class MathPool:
 
     def compare(self, gold: str, answer: str) -> tuple[bool | None, str]:
         """(equal, message); equal is None when the comparison overran or failed."""
+        quick = integers_equal(gold, answer)
+        if quick is not None:  # two plain integers: no worker round trip
+            return quick, ""
         worker = self._idle.get()
         try:
             try:
