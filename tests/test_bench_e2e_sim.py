@@ -42,4 +42,4 @@ def test_simulation_runs_the_real_driver_with_simulated_workers(tmp_path: Path) 
     assert [m["step"] for m in trained] == list(range(1, steps + 1))
     assert all(m["groups"] == workers and len(m["prompt_ids"]) == workers for m in trained)
     assert r["units"] == workers * (steps - 2)
-    assert r["cpu"]["run_unit"][2] > 0 and r["units_per_s"] > 0
+    assert r["cpu"]["score+log stage"][2] > 0 and r["units_per_s"] > 0

@@ -78,3 +78,13 @@ def test_bad_unit_ids(tmp_path) -> None:  # type: ignore[no-untyped-def]
     log = RolloutLog(open_storage(tmp_path))
     with pytest.raises(InvalidArgument):
         log.append("../x", {})
+
+
+def test_known_absent_append_writes_without_reading_first(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    storage = open_storage(tmp_path)
+    log = RolloutLog(storage)
+    # the single writer looked the unit up and found nothing: one write, no read
+    stored = log.append("u1", {"t": (1, 2), "r": 0.1}, known_absent=True)
+    assert stored == {"t": [1, 2], "r": 0.1}  # what the log holds (JSON), not the tuple given
+    assert decode_record(storage.get("rollouts/u1.rec")) == stored
+    assert RolloutLog(storage).get("u1") == stored

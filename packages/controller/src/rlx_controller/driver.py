@@ -62,7 +62,7 @@ from rlx_core.clients import (
     VerifySample,
 )
 from rlx_core.clients import WorkUnit as GenUnit
-from rlx_core.errors import DeadlineExceeded, RlxError, Unavailable
+from rlx_core.errors import DeadlineExceeded, FailedPrecondition, RlxError, Unavailable
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
 
@@ -199,6 +199,7 @@ class Driver:
         self._worker_locks: list[threading.Lock] = []
         self._train_times: list[float] = []
         self.dynamic = cfg.dynamic_sampling_enabled
+        self._logged: set[str] = set()  # unit ids with a record in the rollout log (listed)
         self.metrics: MetricsWriter | None = (
             None  # metrics.jsonl + TensorBoard, opened at first use
         )
@@ -239,9 +240,15 @@ class Driver:
         self.workers = [InferenceClient(s.address(n), token_file=tf) for n in s.workers]
         self.verifiers = [VerifierClient(s.address(n), token_file=tf) for n in s.verifiers]
         self.paramserver = ParamServerClient(s.address(s.paramservers[0]), token_file=tf)
-        self._worker_locks = [threading.Lock() for _ in self.workers]
+        self._reset_worker_state()
         for name, h in s.provider.handles.items():
             self.progress.components[name] = f"up {h.address}"
+
+    def _reset_worker_state(self) -> None:
+        """Per inference worker: the lock that serialises its calls and the version it holds
+        (unknown after a (re)connect)."""
+        self._worker_locks = [threading.Lock() for _ in self.workers]
+        self._loaded: list[int | None] = [None] * len(self.workers)
 
     def _close_clients(self) -> None:
         for c in [
@@ -288,9 +295,22 @@ class Driver:
     def _generate(self, worker: int, unit: GenUnit) -> Any:
         client = self.workers[worker]
         with self._worker_locks[worker]:
-            self._call(lambda: client.load_version(unit.version), f"inference-{worker} load")
-            self.progress.components[f"inference-{worker}"] = f"up, version {unit.version}"
-            return self._call(lambda: client.generate(unit), f"inference-{worker} generate")
+            for attempt in (0, 1):
+                if self._loaded[worker] != unit.version:  # one LoadVersion per change, not per unit
+                    self._call(
+                        lambda: client.load_version(unit.version), f"inference-{worker} load"
+                    )
+                    self._loaded[worker] = unit.version
+                    self.progress.components[f"inference-{worker}"] = f"up, version {unit.version}"
+                try:
+                    return self._call(lambda: client.generate(unit), f"inference-{worker} generate")
+                except FailedPrecondition:
+                    # the worker holds another version than we thought (restarted by someone
+                    # else, or forced to reload): load again, once
+                    self._loaded[worker] = None
+                    if attempt:
+                        raise
+            raise AssertionError("unreachable")
 
     def _verify(self, samples: list[VerifySample], key: int) -> list[Any]:
         v = self.verifiers[key % len(self.verifiers)]
@@ -299,11 +319,51 @@ class Driver:
     def run_unit(self, unit: WorkUnit) -> dict[str, Any]:
         """A unit's scored rollouts: from the rollout log when logged, else generated, scored and
         appended (the logged record is what counts)."""
-        logged = self.rollouts.get(unit.unit_id)
+        logged = self._logged_payload(unit)
         if logged is not None:
             return logged
+        return self._score_and_log(unit, self._generate_unit(unit))
+
+    def _submit(
+        self, unit: WorkUnit, gen_pool: ThreadPoolExecutor, post_pool: ThreadPoolExecutor
+    ) -> Future[dict[str, Any]]:
+        """`run_unit` in two stages: generation on `gen_pool` (one thread per worker, mostly
+        waiting on the RPC), then scoring and logging on the smaller `post_pool`, so a worker's
+        thread is free for its next unit the moment its reply is in, and few threads compete
+        for the interpreter. The future holds the logged payload (or the stage's error)."""
+        done: Future[dict[str, Any]] = Future()
+
+        def post(result: Any) -> None:
+            try:
+                done.set_result(self._score_and_log(unit, result))
+            except BaseException as e:
+                done.set_exception(e)
+
+        def gen() -> None:
+            try:
+                logged = self._logged_payload(unit)
+                if logged is not None:
+                    done.set_result(logged)
+                    return
+                result = self._generate_unit(unit)
+                post_pool.submit(post, result)
+            except BaseException as e:
+                done.set_exception(e)
+
+        gen_pool.submit(gen)
+        return done
+
+    def _logged_payload(self, unit: WorkUnit) -> dict[str, Any] | None:
+        if unit.unit_id not in self._logged:  # one listing at (re)start, not a read per unit
+            return None
+        return self.rollouts.get(unit.unit_id)
+
+    def _generate_unit(self, unit: WorkUnit) -> Any:
         worker = (unit.batch * self.cfg.batch.units_per_batch + unit.index) % len(self.workers)
-        result = self._generate(worker, self._gen_unit(unit))
+        return self._generate(worker, self._gen_unit(unit))
+
+    def _score_and_log(self, unit: WorkUnit, result: Any) -> dict[str, Any]:
+        """Verify a generated unit's rollouts and append them to the rollout log."""
         G = unit.group_size
         samples = []
         for p, ref in enumerate(unit.prompts):
@@ -336,7 +396,9 @@ class Driver:
             "generated_tokens": result.generated_tokens,
             "samples": out,
         }
-        return self.rollouts.append(unit.unit_id, payload)
+        return self.rollouts.append(
+            unit.unit_id, payload, known_absent=unit.unit_id not in self._logged
+        )
 
     # --- batches --------------------------------------------------------------------------------
     def build_batch(self, b: int, payloads: list[dict[str, Any]]) -> tuple[TrainBatch, dict]:
@@ -699,6 +761,7 @@ class Driver:
     def _run_from_snapshot(self, before: float | None) -> RunSummary:  # noqa: PLR0912, PLR0915
         cfg = self.cfg
         snap = self.snapshots.latest(on_skip=lambda msg: self.log(f"skipping snapshot {msg}"))
+        self._logged = set(self.rollouts.unit_ids())
         self.progress.phase = "initialising trainer"
         if snap is not None and snap.checkpoint_step is not None:
             self.log(
@@ -738,7 +801,15 @@ class Driver:
         nworkers = max(1, len(self.workers))
         futures: dict[str, Future[dict[str, Any]]] = {}
         plans: dict[int, list[WorkUnit]] = {}
-        pool = ThreadPoolExecutor(max_workers=nworkers * 2, thread_name_prefix="unit")
+        # one unit in flight per worker (each worker serves its units one at a time): more
+        # threads would only queue on the worker locks and contend for the GIL
+        # one generation thread per worker (each serves its units one at a time; more threads
+        # would only queue on the worker locks and contend for the interpreter), and a small
+        # pool that scores and logs what comes back
+        pool = ThreadPoolExecutor(max_workers=nworkers + 1, thread_name_prefix="gen")
+        post_pool = ThreadPoolExecutor(
+            max_workers=max(4, min(64, nworkers)), thread_name_prefix="score"
+        )
         dispatched = step - 1
         self.progress.step = step
         t_last = time.monotonic()
@@ -751,7 +822,7 @@ class Driver:
                     dispatched += 1
                     plans[dispatched] = list(self.schedule.plan(dispatched).units)
                     for u in plans[dispatched]:
-                        futures[u.unit_id] = pool.submit(self.run_unit, u)
+                        futures[u.unit_id] = self._submit(u, pool, post_pool)
                 self.progress.phase = "training" if b >= replay_until else "replaying from log"
                 payloads = []
                 for u in plans[b]:
@@ -833,6 +904,7 @@ class Driver:
                 self._snapshot(at, ckpt, "sigterm", outstanding, totals)
         finally:
             pool.shutdown(wait=not stopped, cancel_futures=True)
+            post_pool.shutdown(wait=not stopped, cancel_futures=True)
         final = self.progress.step
         times = self._train_times[3:] or self._train_times or [0.0]
         return RunSummary(

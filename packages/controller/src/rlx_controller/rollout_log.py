@@ -49,11 +49,13 @@ def _canonical(payload: Mapping[str, Any]) -> bytes:
         raise InvalidArgument(f"rollout payload is not JSON-serialisable: {e}") from None
 
 
+def _frame(body: bytes) -> bytes:
+    return _MAGIC + f" {hashlib.sha256(body).hexdigest()} {len(body)}\n".encode() + body
+
+
 def encode_record(payload: Mapping[str, Any]) -> bytes:
     """The bytes of one self-checking record."""
-    body = _canonical(payload)
-    digest = hashlib.sha256(body).hexdigest()
-    return _MAGIC + f" {digest} {len(body)}\n".encode() + body
+    return _frame(_canonical(payload))
 
 
 def decode_record(data: bytes) -> dict[str, Any] | None:
@@ -132,23 +134,32 @@ class RolloutLog:
         """Whether `unit_id` has a valid record."""
         return self.get(unit_id) is not None
 
-    def append(self, unit_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    def append(
+        self, unit_id: str, payload: Mapping[str, Any], *, known_absent: bool = False
+    ) -> dict[str, Any]:
         """Log `payload` for `unit_id` and return what the log holds for it.
 
         Idempotent: if a valid record exists, nothing is written and the logged payload is
         returned (a resumed run trains on what it logged before). A torn record is replaced.
         `append_strict` also checks that an existing record equals `payload`.
+
+        `known_absent=True` (the only writer has just looked the unit up and found no valid
+        record) skips the second read. A freshly written payload is returned as the log now
+        holds it: decoded from the record's own body, without re-reading storage.
         """
-        present, existing = self._read(unit_id)
-        if existing is not None:
-            return existing
-        data = encode_record(payload)
-        self.storage.put(self._key(unit_id), data)
+        present = False
+        if not known_absent:
+            present, existing = self._read(unit_id)
+            if existing is not None:
+                return existing
+        elif unit_id in self.torn:
+            present = True
+        body = _canonical(payload)
+        self.storage.put(self._key(unit_id), _frame(body))
         if present:
             log.warning("rollout log: rewrote torn record %s", unit_id)
             self.torn.discard(unit_id)
-        result = decode_record(data)
-        assert result is not None
+        result: dict[str, Any] = json.loads(body)
         return result
 
     def append_strict(self, unit_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:
