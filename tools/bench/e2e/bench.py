@@ -56,10 +56,11 @@ MAIN = [  # the loop's own calls, in the order a step makes them
     "snapshot",
     "  of which paramserver pull (params hash)",
 ]
-BACKGROUND = [
-    "run_unit",
+BACKGROUND = [  # a unit runs in two stages (Driver._submit)
+    "gen stage",
     "  worker load_version RPC",
     "  worker generate RPC",
+    "score+log stage",
     "  verifier RPC",
     "  rollout log append",
 ]
@@ -103,7 +104,8 @@ class BenchDriver(Driver):
 
     build_batch = timed_method("build_batch")(Driver.build_batch)
     _snapshot = timed_method("snapshot")(Driver._snapshot)
-    run_unit = timed_method("run_unit")(Driver.run_unit)
+    _generate_unit = timed_method("gen stage")(Driver._generate_unit)
+    _score_and_log = timed_method("score+log stage")(Driver._score_and_log)
 
     @timed_method("metrics line")
     def _metrics_line(self, record: dict[str, Any]) -> None:
