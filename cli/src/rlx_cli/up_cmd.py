@@ -147,13 +147,36 @@ def _finish(summary: Any, run_dir: Path) -> None:
     )
 
 
+def _local_run_dir(uri: str) -> Path:
+    """The local directory of a run_dir value; remote run directories are refused by name."""
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    if scheme in ("s3", "gs"):
+        _fail(
+            f"run_dir: {uri}: `rlx up` keeps a run on this machine's disk (its services, logs and "
+            "pid files live there); give a local directory with --run-dir"
+        )
+    return Path(uri.removeprefix("file://"))
+
+
 def up(
     config: str | None = typer.Argument(None, help="Run config TOML; none = the built-in demo."),
-    run_dir: Path = typer.Option(Path("rlx-run"), "--run-dir", help="Where the run keeps state."),
+    run_dir: Path | None = typer.Option(
+        None,
+        "--run-dir",
+        help="Where the run keeps state (a local directory); default: the config's run_dir, "
+        "./rlx-run for the demo.",
+    ),
     overrides: list[str] = typer.Option([], "--set", help="KEY=VALUE override of the config."),
 ) -> None:
     """Start every service locally and train (the built-in demo without CONFIG)."""
-    run_dir = run_dir.resolve()
+    if run_dir is None and config is not None:
+        from rlx_controller.run_config import load_run_config
+
+        try:
+            run_dir = _local_run_dir(load_run_config(config, overrides=tuple(overrides)).run_dir)
+        except RlxError as e:
+            _fail(f"{type(e).__name__}: {e}")
+    run_dir = (run_dir or Path("rlx-run")).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         cfg = _load_config(config, run_dir, overrides)
