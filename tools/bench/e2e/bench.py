@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+from common import uptime  # noqa: E402  (tools/ is not a package)
 from timing import Timed, Timings, timed_method  # noqa: E402  (tools/ is not a package)
 
 from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl  # noqa: E402
@@ -64,10 +65,6 @@ BACKGROUND = [  # a unit runs in two stages (Driver._submit)
     "  verifier RPC",
     "  rollout log append",
 ]
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 class BenchDriver(Driver):

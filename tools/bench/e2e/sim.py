@@ -33,7 +33,6 @@ import cProfile
 import json
 import os
 import pstats
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,8 +45,9 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+from common import uptime  # noqa: E402  (tools/ is not a package)
 from timing import Timed, Timings, timed_method  # noqa: E402  (tools/ is not a package)
 
 from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl  # noqa: E402
@@ -349,10 +349,6 @@ def simulate(
         "logged_units": logged,
         "metrics": records,
     }
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 def profile_controller(

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,9 @@ from rlx_core.clients.inference import Sampling, WorkUnit
 from rlx_inference import Engine
 from rlx_inference.config import EngineConfig
 from rlx_model import BENCH_CONFIG, ModelConfig, init_params, save_checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import torch_python, uptime
 
 CFG = BENCH_CONFIG
 
@@ -99,19 +101,6 @@ with torch.inference_mode():
 """
 
 
-def torch_python() -> str:
-    explicit = os.environ.get("RLX_TORCH_PYTHON")
-    if explicit:
-        return explicit
-    venv = Path.home() / ".cache" / "rlx" / "goldens-venv" / "bin" / "python"
-    if not venv.exists():
-        sys.exit(
-            f"no torch venv at {venv}: run `python3 tools/make_goldens/make_goldens.py` once "
-            "(it creates it), or set RLX_TORCH_PYTHON"
-        )
-    return str(venv)
-
-
 def flops(cfg: ModelConfig, prompt_lens: list[int], new_lens: list[int]) -> float:
     """Matmul FLOPs of prefilling each prompt and decoding its new tokens (projections, MLP,
     attention over the context, the vocabulary head once per prompt and per new token)."""
@@ -124,10 +113,6 @@ def flops(cfg: ModelConfig, prompt_lens: list[int], new_lens: list[int]) -> floa
         for i in range(max(0, n - 1)):  # the first new token comes out of the prefill
             total += per_token + cfg.num_layers * 2 * q * (p + i + 1) + head
     return 2.0 * total
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 def run_engine(engine: Engine, unit: WorkUnit, repeats: int) -> tuple[float, list[list[int]]]:

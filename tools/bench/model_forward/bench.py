@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlx_model import BENCH_CONFIG, ModelConfig, forward, init_params, logits, save_checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import torch_python
 
 CFG = BENCH_CONFIG
 
@@ -80,19 +82,6 @@ def flops(cfg: ModelConfig, batch: int, seq: int, head_positions: int) -> float:
     attention = cfg.num_layers * 2 * q * seq * (seq + 1) / 2  # QK^T and PV, causal half
     head = cfg.vocab_size * d * head_positions
     return 2.0 * batch * (per_token * seq + attention + head)
-
-
-def torch_python() -> str:
-    explicit = os.environ.get("RLX_TORCH_PYTHON")
-    if explicit:
-        return explicit
-    venv = Path.home() / ".cache" / "rlx" / "goldens-venv" / "bin" / "python"
-    if not venv.exists():
-        sys.exit(
-            f"no torch venv at {venv}: run `python3 tools/make_goldens/make_goldens.py` once "
-            "(it creates it), or set RLX_TORCH_PYTHON"
-        )
-    return str(venv)
 
 
 def main() -> int:

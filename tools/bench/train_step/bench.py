@@ -18,8 +18,8 @@ printed before and after: the machine is shared, and its load moves the absolute
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from rlx_core.config import from_dict
 from rlx_model import BENCH_CONFIG, init_params
 from rlx_trainer.config import TrainerConfig
 from rlx_trainer.trainer import Trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import uptime
 
 CFG = BENCH_CONFIG
 
@@ -40,10 +43,6 @@ def batch(b: int, g: int, s: int, version: int, seed: int) -> TrainBatch:
     sampler = np.where(mask > 0, -rng.random((b, g, s)) * 8, 0).astype(np.float32)
     rewards = rng.integers(0, 2, (b, g)).astype(np.float32)
     return TrainBatch.rl(tokens, mask, sampler, rewards, version=version)
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 def measure(aligned: bool, args: argparse.Namespace, params: dict) -> tuple[float, float]:

@@ -25,15 +25,20 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from rlx_verifier import Verifier
 from rlx_verifier.config import JudgeConfig
 from rlx_verifier.languages import PYTHON
 from rlx_verifier.sandbox import _ForkServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import uptime
 
 PROGRAMS = [
     "print(sum(map(int, input().split())))",
@@ -70,10 +75,6 @@ def inputs(k: int, count: int) -> list[bytes]:
         ).encode()
         for i in range(count)
     ]
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 def bare_run(path: str, data: bytes) -> float:
