@@ -13,6 +13,8 @@ import pytest
 
 from rlx_verifier import TestCase, Verifier
 
+from .conftest import SUM_CHECKER_PY
+
 # Task: print two non-negative integers whose sum is N (many right answers: needs a checker).
 CPP_CHECKER = r"""
 #include <cstdio>
@@ -29,17 +31,7 @@ int main(int argc, char** argv) {
 }
 """
 
-PY_CHECKER = """#!/usr/bin/python3
-import sys
-n = int(open(sys.argv[1]).read())
-try:
-    a, b = map(int, open(sys.argv[2]).read().split())
-except ValueError:
-    sys.stderr.write("expected two integers"); sys.exit(2)
-if a < 0 or b < 0 or a + b != n:
-    sys.stderr.write(f"{a} + {b} != {n}"); sys.exit(1)
-sys.exit(0)
-"""
+PY_CHECKER = "#!/usr/bin/python3\n" + SUM_CHECKER_PY + "sys.exit(0)\n"  # as a script
 
 TESTS = [TestCase(stdin="10\n", answer="5 5\n"), TestCase(stdin="7\n", answer="3 4\n")]
 PROGRAMS = {
