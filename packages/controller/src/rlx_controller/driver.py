@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,6 +312,24 @@ class Driver:
                         raise
             raise AssertionError("unreachable")
 
+    def _verify_rollouts(
+        self, unit_id: str, prompts: Sequence[Prompt], rollouts: Sequence[Any], key: int
+    ) -> list[Any]:
+        """The verifier's verdict on every rollout of a unit: rollouts[i * G + g] answers
+        prompts[i] (math answers against each prompt's gold)."""
+        G = len(rollouts) // len(prompts)
+        samples = [
+            VerifySample.math(
+                f"{unit_id}/{i}/{g}",
+                decode(rollouts[i * G + g].token_ids),
+                p.answer or "",
+                extractor=p.math_extractor,
+            )
+            for i, p in enumerate(prompts)
+            for g in range(G)
+        ]
+        return self._verify(samples, key)
+
     def _verify(self, samples: list[VerifySample], key: int) -> list[Any]:
         v = self.verifiers[key % len(self.verifiers)]
         return list(self._call(lambda: v.verify(samples), "verifier"))
@@ -364,21 +382,8 @@ class Driver:
 
     def _score_and_log(self, unit: WorkUnit, result: Any) -> dict[str, Any]:
         """Verify a generated unit's rollouts and append them to the rollout log."""
-        G = unit.group_size
-        samples = []
-        for p, ref in enumerate(unit.prompts):
-            prompt = self._prompt(ref.dataset, ref.row)
-            for g in range(G):
-                r = result.rollouts[p * G + g]
-                samples.append(
-                    VerifySample.math(
-                        f"{unit.unit_id}/{p}/{g}",
-                        decode(r.token_ids),
-                        prompt.answer or "",
-                        extractor=prompt.math_extractor,
-                    )
-                )
-        verdicts = self._verify(samples, unit.index)
+        prompts = [self._prompt(ref.dataset, ref.row) for ref in unit.prompts]
+        verdicts = self._verify_rollouts(unit.unit_id, prompts, result.rollouts, unit.index)
         out = []
         for r, v in zip(result.rollouts, verdicts, strict=True):
             out.append(
@@ -538,16 +543,8 @@ class Driver:
                     stop_token_ids=(EOS,),
                 )
                 res = self._generate(k, unit)
-                samples = [
-                    VerifySample.math(
-                        f"{unit.unit_id}/{i}",
-                        decode(r.token_ids),
-                        p.answer or "",
-                        extractor=p.math_extractor,
-                    )
-                    for i, (p, r) in enumerate(zip(chunk, res.rollouts, strict=True))
-                ]
-                return sum(1 for v in self._verify(samples, k) if (v.score or 0) >= 1.0)
+                verdicts = self._verify_rollouts(unit.unit_id, chunk, res.rollouts, k)
+                return sum(1 for v in verdicts if (v.score or 0) >= 1.0)
 
             with ThreadPoolExecutor(len(chunks)) as pool:
                 correct += sum(pool.map(one, range(len(chunks)), chunks))
@@ -602,17 +599,7 @@ class Driver:
                         stop_token_ids=(EOS,),
                     )
                     res = self._generate(k % len(self.workers), unit)
-                    vs = [
-                        VerifySample.math(
-                            f"{unit.unit_id}/{i}/{g}",
-                            decode(res.rollouts[i * G + g].token_ids),
-                            p.answer or "",
-                            extractor=p.math_extractor,
-                        )
-                        for i, p in enumerate(prompts)
-                        for g in range(G)
-                    ]
-                    verdicts = self._verify(vs, k)
+                    verdicts = self._verify_rollouts(unit.unit_id, prompts, res.rollouts, k)
                     rates: list[tuple[float, int]] = []
                     for i in range(len(rows)):
                         scored = [v for v in verdicts[i * G : (i + 1) * G] if not v.excluded]
