@@ -3,8 +3,6 @@ scraped over HTTP, its per-method counters and latency histogram moving with rea
 
 from __future__ import annotations
 
-import socket
-import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,16 +16,11 @@ from rlx_core.clients import LifecycleClient
 from rlx_core.errors import ConfigError, NotFound, RlxError
 from rlx_core.lifecycle import Lifecycle
 from rlx_core.rpc.client import connect
-from rlx_core.serving import ServerConfig, run_service, service_main
+from rlx_core.serving import ServerConfig, service_main
+from rlx_core.testing import free_port, serve_in_thread
 
 TOKEN = "metrics-test-token"
 GET_STATUS = "/rlx.lifecycle.v1.Lifecycle/GetStatus"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _missing(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -55,27 +48,13 @@ def _add_test_service(server: grpc.Server) -> None:
 @pytest.fixture
 def service() -> Iterator[tuple[str, int]]:
     """A service with the Lifecycle servicer and a test one; yields (gRPC address, metrics port)."""
-    port = _free_port()
+    port = free_port()
     lifecycle = Lifecycle("probe", "0.0.0")
-    ready = threading.Event()
-    where: dict[str, str] = {}
-
-    def on_ready(address: str) -> None:
-        where["address"] = address
-        ready.set()
-
     config = ServerConfig(metrics_port=port, token_file=None)
-    thread = threading.Thread(
-        target=run_service,
-        args=(lifecycle, config, [_add_test_service]),
-        kwargs={"on_ready": on_ready, "install_signals": False},
-        daemon=True,
-    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RLX_TOKEN", TOKEN)
-        thread.start()
-        assert ready.wait(30), "service did not start"
-    yield where["address"], port
+        address, thread = serve_in_thread(lifecycle, config, [_add_test_service])
+    yield address, port
     lifecycle.request_shutdown("test over", 0)
     thread.join(10)
     assert not thread.is_alive()

@@ -13,7 +13,7 @@ import pytest
 
 from rlx_core.clients import InferenceClient, LifecycleClient, ParamServerClient
 from rlx_core.config import from_dict
-from rlx_core.serving import run_service
+from rlx_core.testing import serve_in_thread
 from rlx_inference import InferenceConfig, InferenceService
 from rlx_inference.servicer import registrations as inference_registrations
 from rlx_paramserver import ParamServerConfig, ParamServerService
@@ -36,22 +36,8 @@ class Running:
 
 
 def _start(service: Any, server_cfg: Any, registrations: list) -> Running:
-    ready = threading.Event()
-    addresses: list[str] = []
-
-    def on_ready(address: str) -> None:
-        addresses.append(address)
-        ready.set()
-
-    thread = threading.Thread(
-        target=run_service,
-        args=(service.lifecycle, server_cfg, registrations),
-        kwargs={"on_ready": on_ready, "install_signals": False},
-        daemon=True,
-    )
-    thread.start()
-    assert ready.wait(60)
-    return Running(service, addresses[0], thread)
+    address, thread = serve_in_thread(service.lifecycle, server_cfg, registrations, timeout_s=60)
+    return Running(service, address, thread)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 
 from rlx_core.clients import LifecycleClient, ParamServerClient
 from rlx_core.config import from_dict
-from rlx_core.serving import run_service
+from rlx_core.testing import serve_in_thread
 from rlx_paramserver import ParamServerConfig, ParamServerService
 from rlx_paramserver.servicer import registrations
 
@@ -39,22 +39,8 @@ def make_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Runni
             {"server": {"port": 0, "grace_s": 0.1}, "chunk_kib": 16, **config},
         )
         service = ParamServerService(cfg)
-        ready = threading.Event()
-        addresses: list[str] = []
-
-        def on_ready(address: str) -> None:
-            addresses.append(address)
-            ready.set()
-
-        thread = threading.Thread(
-            target=run_service,
-            args=(service.lifecycle, cfg.server, registrations(service)),
-            kwargs={"on_ready": on_ready, "install_signals": False},
-            daemon=True,
-        )
-        thread.start()
-        assert ready.wait(30)
-        running = Running(service, addresses[0])
+        address, thread = serve_in_thread(service.lifecycle, cfg.server, registrations(service))
+        running = Running(service, address)
         started.append((running, thread))
         return running
 

@@ -17,7 +17,7 @@ from trainer_helpers import config, rl_batch, sft_batch
 
 from rlx_core.clients import LifecycleClient, ParamServerClient, TrainerClient
 from rlx_core.errors import FailedPrecondition, InvalidArgument, Unavailable
-from rlx_core.serving import run_service
+from rlx_core.testing import serve_in_thread
 from rlx_trainer import TrainerService
 from rlx_trainer.servicer import registrations
 
@@ -93,22 +93,10 @@ class Running:
 
 def _serve(cfg: object) -> Running:
     service = TrainerService(cfg)  # type: ignore[arg-type]
-    ready = threading.Event()
-    addresses: list[str] = []
-
-    def on_ready(address: str) -> None:
-        addresses.append(address)
-        ready.set()
-
-    thread = threading.Thread(
-        target=run_service,
-        args=(service.lifecycle, service.config.server, registrations(service)),
-        kwargs={"on_ready": on_ready, "install_signals": False},
-        daemon=True,
+    address, thread = serve_in_thread(
+        service.lifecycle, service.config.server, registrations(service)
     )
-    thread.start()
-    assert ready.wait(30)
-    return Running(service, addresses[0], thread)
+    return Running(service, address, thread)
 
 
 def test_grpc_init_step_checkpoint_restore_and_a_failed_push(

@@ -5,7 +5,6 @@ FAILs (exit 3) is retried, then reported as INFRA with an error and no score, ne
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from rlx_core.config import from_dict
 from rlx_core.errors import InvalidArgument, Unauthenticated
 from rlx_core.proto.verifier.v1 import verifier_pb2 as pb
 from rlx_core.rpc.client import call
-from rlx_core.serving import run_service
+from rlx_core.testing import serve_in_thread
 from rlx_verifier import Repositories, VerifierConfig, VerifierService
 from rlx_verifier.servicer import registrations
 from rlx_verifier.upload import upload_dataset
@@ -73,23 +72,9 @@ def address(service: VerifierService, tmp_path_factory: pytest.TempPathFactory) 
         VerifierConfig,
         {"server": {"port": 0, "grace_s": 0.1, "token_file": str(token_file)}},
     )
-    ready = threading.Event()
-    found: list[str] = []
-
-    def on_ready(addr: str) -> None:
-        found.append(addr)
-        ready.set()
-
-    thread = threading.Thread(
-        target=run_service,
-        args=(service.lifecycle, config.server, registrations(service)),
-        kwargs={"on_ready": on_ready, "install_signals": False},
-        daemon=True,
-    )
-    thread.start()
-    assert ready.wait(30)
-    yield found[0]
-    with LifecycleClient(found[0], token=TOKEN) as client:
+    address, thread = serve_in_thread(service.lifecycle, config.server, registrations(service))
+    yield address
+    with LifecycleClient(address, token=TOKEN) as client:
         client.shutdown("test over", grace_s=0.1)
     thread.join(30)
 

@@ -10,7 +10,9 @@ use the fixtures by name:
 - `new_root`: a factory `new_root(backend, prefix)` of fresh, empty roots: a new local directory,
   or `s3://<new bucket>/<prefix>`, `gs://<new bucket>/<prefix>`;
 - `storage_root`: `new_root` over the three backends (parametrised: local, s3, gcs);
-- `dead_endpoint`: an http URL on 127.0.0.1 where nothing listens; `free_port()` a free port.
+- `dead_endpoint`: an http URL on 127.0.0.1 where nothing listens; `free_port()` a free port;
+- `serve_in_thread(lifecycle, server_config, register)`: a service in this process (a daemon
+  thread, no signal handlers), returning its address once it listens, and the thread.
 
 Nothing here reaches a network beyond loopback.
 """
@@ -19,13 +21,17 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-__all__ = ["BACKENDS", "free_port"]
+from rlx_core.lifecycle import Lifecycle
+from rlx_core.serving import Register, ServerConfig, run_service
+
+__all__ = ["BACKENDS", "free_port", "serve_in_thread"]
 
 BACKENDS = ("local", "s3", "gcs")
 
@@ -35,6 +41,33 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def serve_in_thread(
+    lifecycle: Lifecycle,
+    config: ServerConfig,
+    register: Sequence[Register] = (),
+    *,
+    timeout_s: float = 30.0,
+) -> tuple[str, threading.Thread]:
+    """`run_service` in a daemon thread without signal handlers; (address, thread) once the
+    server listens. Stop it with a Shutdown call or `lifecycle.request_shutdown`."""
+    ready = threading.Event()
+    found: list[str] = []
+
+    def on_ready(address: str) -> None:
+        found.append(address)
+        ready.set()
+
+    thread = threading.Thread(
+        target=run_service,
+        args=(lifecycle, config, register),
+        kwargs={"on_ready": on_ready, "install_signals": False},
+        daemon=True,
+    )
+    thread.start()
+    assert ready.wait(timeout_s), f"{lifecycle.service} did not start within {timeout_s:g} s"
+    return found[0], thread
 
 
 @pytest.fixture(scope="session")
