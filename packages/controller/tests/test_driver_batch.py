@@ -94,3 +94,17 @@ def test_dynamic_sampling_drops_uniform_groups_and_pads_the_short_batch(tmp_path
     batch, info = d.build_batch(0, _payloads(d, [[1.0] * G] * B))
     assert info["groups"] == 0 and info["dropped_uniform"] == B
     assert batch.loss_mask.sum() == 0 and batch.tokens.shape == (B, G, d.P + d.R)
+
+
+def test_params_hash_names_the_params_by_their_manifest() -> None:
+    from rlx_controller.driver import params_hash
+    from rlx_core.clients.paramserver import TensorSpec
+
+    def spec(name: str, digest: str, shape: tuple[int, ...] = (4,)) -> TensorSpec:
+        return TensorSpec(name, np.dtype(np.float32), shape, 0, shape, 16, digest, 0)
+
+    a, b = spec("a", "1" * 64), spec("b", "2" * 64)
+    assert params_hash([a, b]) == params_hash([b, a])  # order of the manifest does not matter
+    assert len({params_hash([a, b]), params_hash([a, spec("b", "3" * 64)])}) == 2  # bytes
+    assert params_hash([a, b]) != params_hash([a, spec("b", "2" * 64, (2, 2))])  # shape
+    assert params_hash([a, b]) != params_hash([a, spec("c", "2" * 64)])  # name

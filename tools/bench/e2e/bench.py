@@ -55,7 +55,7 @@ MAIN = [  # the loop's own calls, in the order a step makes them
     "trainer checkpoint RPC",
     "metrics line",
     "snapshot",
-    "  of which paramserver pull (params hash)",
+    "  of which paramserver manifest (params hash)",
 ]
 BACKGROUND = [  # a unit runs in two stages (Driver._submit)
     "gen stage",
@@ -96,7 +96,7 @@ class BenchDriver(Driver):
         ]
         self.verifiers = [Timed(v, t, {"verify": "  verifier RPC"}) for v in self.verifiers]  # type: ignore[misc]
         self.paramserver = Timed(  # type: ignore[assignment]
-            self.paramserver, t, {"pull": "  of which paramserver pull (params hash)"}
+            self.paramserver, t, {"manifest": "  of which paramserver manifest (params hash)"}
         )
 
     build_batch = timed_method("build_batch")(Driver.build_batch)

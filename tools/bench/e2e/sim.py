@@ -6,8 +6,8 @@ rlx_controller's Driver runs unchanged (schedule, prompt mixture, thread pool, r
 temp run directory, build_batch, snapshots at every reload boundary, metrics lines); only its
 services are replaced by in-process simulated clients with the methods it calls (trainer: init,
 train_step, save_checkpoint; inference: load_version, generate; verifier: verify; paramserver:
-pull) whose latency follows a model, no JAX. Weak scaling: with W workers a batch is W work units
-of one prompt × G samples (batch.prompts = W, prompts_per_unit = 1), one unit per worker.
+manifest) whose latency follows a model, no JAX. Weak scaling: with W workers a batch is W work
+units of one prompt × G samples (batch.prompts = W, prompts_per_unit = 1), one unit per worker.
 Rollout throughput (units per second in the steady state, the first `skip` steps left out) is
 compared with ideal linear scaling of the 1-worker figure: efficiency = X(W) / (W × X(1)).
 
@@ -17,7 +17,7 @@ The latency model (RLAX-like: generation dominates, seconds per unit; all times 
     ±4 σ (a worker decodes its unit's sequences as one batch, and a unit's total token count
     varies little); responses of 8-64 tokens per sample are returned (the log and batch sizes the
     controller handles); load_version: load_s when the version changes.
-  - verify: verify_s per sample; train_step: train_s; save_checkpoint: ckpt_s; pull: pull_s.
+  - verify: verify_s per sample; train_step: train_s; save_checkpoint: ckpt_s; manifest: manifest_s.
 All sleeps release the GIL, so what competes for the controller's one Python core is the
 controller's own work (and the simulated clients' small bookkeeping, measured apart).
 
@@ -56,6 +56,7 @@ from rlx_controller.run_config import RunConfig, loads_run_config  # noqa: E402
 from rlx_core.clients import GenerateResult, StepResult, TrainBatch  # noqa: E402
 from rlx_core.clients import WorkUnit as GenUnit  # noqa: E402
 from rlx_core.clients.inference import LoadResult, Rollout  # noqa: E402
+from rlx_core.clients.paramserver import TensorSpec  # noqa: E402
 from rlx_core.clients.trainer import InitResult  # noqa: E402
 from rlx_core.clients.verifier import SampleResult, VerifySample  # noqa: E402
 from rlx_core.config import to_toml  # noqa: E402
@@ -74,7 +75,7 @@ class LatencyModel:
     verify_s: float = 0.002  # judging one sample (math answer rule)
     train_s: float = 2.0  # one trainer step (gradient update + push to the paramserver)
     ckpt_s: float = 0.5  # a trainer checkpoint
-    pull_s: float = 0.05  # pulling a version for the snapshot's params hash
+    manifest_s: float = 0.05  # the version manifest for the snapshot's params hash
     min_tokens: int = 8  # response lengths returned, uniform in [min_tokens, max_new_tokens]
     seed: int = 0
 
@@ -86,7 +87,7 @@ class LatencyModel:
             verify_s=self.verify_s * k,
             train_s=self.train_s * k,
             ckpt_s=self.ckpt_s * k,
-            pull_s=self.pull_s * k,
+            manifest_s=self.manifest_s * k,
         )
 
     def rng(self, key: str) -> np.random.Generator:
@@ -220,10 +221,11 @@ class SimParamServer:
     def __init__(self, model: LatencyModel) -> None:
         self.model = model
 
-    def pull(self, version: int | None = None, **kw: Any) -> tuple[int, dict[str, np.ndarray]]:
-        _sleep(self.model.pull_s)
+    def manifest(self, version: int | None = None, **kw: Any) -> tuple[int, list[TensorSpec]]:
+        _sleep(self.model.manifest_s)
         v = version or 0
-        return v, {"w": np.full(4, v, np.float32)}
+        spec = TensorSpec("w", np.dtype(np.float32), (4,), 0, (4,), 16, f"{v:064x}", v)
+        return v, [spec]
 
     def close(self) -> None:
         pass
@@ -274,7 +276,7 @@ class SimDriver(Driver):
         self.verifiers = [
             timed(SimVerifier(m, self.clock), {"verify": "verifier"}) for _ in range(verifiers)
         ]
-        self.paramserver = timed(SimParamServer(m), {"pull": "paramserver pull"})
+        self.paramserver = timed(SimParamServer(m), {"manifest": "paramserver manifest"})
         self._reset_worker_state()
 
     build_batch = timed_method("build_batch")(Driver.build_batch)
@@ -432,7 +434,7 @@ def main() -> None:  # noqa: PLR0915  (one report, top to bottom)
         f"latency model: generate {model.gen_s:.2f} s/unit (1 prompt x G 8, N(0, {model.jitter}) "
         f"relative jitter), load_version {model.load_s:.2f} s, verify "
         f"{1e3 * model.verify_s:.1f} ms/sample, train_step {model.train_s:.2f} s, checkpoint "
-        f"{model.ckpt_s:.2f} s, pull {model.pull_s:.2f} s; responses "
+        f"{model.ckpt_s:.2f} s, manifest {model.manifest_s:.2f} s; responses "
         f"{model.min_tokens}-{args.max_new_tokens} tokens; (j, k) = (1, 1), lag 1"
     )
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None

@@ -62,6 +62,7 @@ from rlx_core.clients import (
     VerifySample,
 )
 from rlx_core.clients import WorkUnit as GenUnit
+from rlx_core.clients.paramserver import TensorSpec
 from rlx_core.errors import DeadlineExceeded, FailedPrecondition, RlxError, Unavailable
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
@@ -80,13 +81,14 @@ def decode(ids: list[int] | tuple[int, ...]) -> str:
     return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
 
-def params_hash(tensors: dict[str, np.ndarray]) -> str:
-    """sha256 over the tensors in name order (name, dtype, shape, bytes)."""
+def params_hash(manifest: Sequence[TensorSpec]) -> str:
+    """sha256 over a version's manifest in name order: each tensor's name, dtype, shape and the
+    sha256 the paramserver computed over its bytes when it received them. It identifies the
+    params exactly without moving them (a snapshot at every reload boundary must not pull the
+    whole model)."""
     h = hashlib.sha256()
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
-        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
-        h.update(a.tobytes())
+    for t in sorted(manifest, key=lambda t: t.name):
+        h.update(f"{t.name}|{t.dtype.str}|{t.shape}|{t.sha256}\n".encode())
     return h.hexdigest()
 
 
@@ -647,8 +649,8 @@ class Driver:
 
     # --- snapshots --------------------------------------------------------------------------
     def _params_hash(self, version: int) -> str:
-        _, tensors = self._call(lambda: self.paramserver.pull(version), "paramserver pull")
-        return params_hash(tensors)
+        _, specs = self._call(lambda: self.paramserver.manifest(version), "paramserver manifest")
+        return params_hash(specs)
 
     def _snapshot(
         self,

@@ -59,7 +59,7 @@ class Snapshot:
     version: int  # the newest weight version pushed to the paramserver
     checkpoint_step: int | None  # the trainer checkpoint it refers to (<= step); None = initial
     checkpoint_uri: str  # where that checkpoint is ("" with checkpoint_step None)
-    params_hash: str  # hash of the params at `step`, as the trainer reports it
+    params_hash: str  # hash of the params at `step` (driver.params_hash over its manifest)
     next_batch: int  # the first batch not yet trained on
     mixture: MixtureState  # prompt-mixture draws and per-dataset cursors before next_batch
     epochs: dict[str, int]  # per dataset, completed passes (derived from the cursors; for people)
