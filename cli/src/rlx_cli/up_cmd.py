@@ -203,29 +203,16 @@ def resume(run: Path = typer.Argument(..., help="The run directory.")) -> None:
     _drive(cfg, run, resume=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().split()
-    except OSError:
-        return False
-    return stat[2] != "Z"
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except OSError:
-        return b""
-
-
 def _controller_pid(run: Path) -> int | None:
     """The pid in `run/controller.pid` while that process is alive and is an rlx controller (a
     stale file may name a pid the system has since given to another program)."""
+    from rlx_controller.providers.local import process_alive, process_cmdline
+
     try:
         pid = int((run / "controller.pid").read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if _alive(pid) and b"rlx" in _cmdline(pid) else None
+    return pid if process_alive(pid) and b"rlx" in process_cmdline(pid) else None
 
 
 def _worker_status(address: str, token_file: Path) -> dict[str, Any]:
@@ -264,7 +251,7 @@ def run_status(run: Path) -> dict[str, Any]:
     import tomllib
 
     from rlx_cli.plot_cmd import read_metrics
-    from rlx_controller.providers.local import read_services
+    from rlx_controller.providers.local import read_services, runs_service
     from rlx_controller.snapshot import SnapshotStore
     from rlx_core.storage import open_storage
 
@@ -276,7 +263,7 @@ def run_status(run: Path) -> dict[str, Any]:
     services: dict[str, Any] = {}
     workers: dict[str, Any] = {}
     for name, h in sorted(read_services(run).items()):
-        alive = _alive(h.pid) and f"rlx_{h.kind}.server".encode() in _cmdline(h.pid)
+        alive = runs_service(h)
         services[name] = {
             "kind": h.kind,
             "pid": h.pid,
@@ -390,21 +377,17 @@ def _stop_services(run: Path, grace_s: float) -> list[str]:
     """SIGTERM the process group of every live service of RUN, SIGKILL what is left after
     `grace_s`; return the names stopped. Only processes whose command line names the service's
     module are touched."""
-    from rlx_controller.providers.local import read_services
+    from rlx_controller.providers.local import process_alive, read_services, runs_service
 
-    live = {
-        name: h.pid
-        for name, h in read_services(run).items()
-        if _alive(h.pid) and f"rlx_{h.kind}.server".encode() in _cmdline(h.pid)
-    }
+    live = {name: h.pid for name, h in read_services(run).items() if runs_service(h)}
     for pid in live.values():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while any(_alive(p) for p in live.values()) and time.monotonic() < deadline:
+    while any(process_alive(p) for p in live.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in live.values():
-        if _alive(pid):
+        if process_alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
     return sorted(live)
@@ -418,6 +401,8 @@ def down(
 ) -> None:
     """Stop RUN: SIGTERM the controller (it writes a snapshot and stops its services), then stop
     any service still running. Safe to repeat; `rlx resume RUN` continues the run."""
+    from rlx_controller.providers.local import process_alive
+
     run = run.resolve()
     if not run.is_dir():
         _fail(f"{run}: no such run directory")
@@ -429,14 +414,14 @@ def down(
         os.kill(pid, signal.SIGTERM)
         start = time.monotonic()
         next_note = start + 10
-        while _alive(pid) and time.monotonic() - start < timeout_s:
+        while process_alive(pid) and time.monotonic() - start < timeout_s:
             time.sleep(0.2)
             if time.monotonic() >= next_note:
                 typer.echo(
                     f"rlx: waiting for the controller ({time.monotonic() - start:.0f} s)", err=True
                 )
                 next_note += 10
-        if _alive(pid):
+        if process_alive(pid):
             typer.echo(f"rlx: controller still running after {timeout_s:.0f} s: SIGKILL", err=True)
             os.kill(pid, signal.SIGKILL)
     stopped = _stop_services(run, grace_s=10.0)

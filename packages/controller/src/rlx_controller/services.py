@@ -16,7 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.providers.local import LocalProvider, ServiceSpec, read_services
+from rlx_controller.providers.local import (
+    LocalProvider,
+    ServiceSpec,
+    read_services,
+    runs_service,
+)
 from rlx_controller.run_config import RunConfig
 
 __all__ = ["RunServices", "base_model_dir", "engine_context", "kill_stale_services"]
@@ -66,11 +71,7 @@ def kill_stale_services(run_dir: Path, log: Callable[[str], None] = print) -> li
     module are touched."""
     killed = []
     for name, handle in read_services(run_dir).items():
-        try:
-            cmdline = Path(f"/proc/{handle.pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if f"rlx_{handle.kind}.server".encode() not in cmdline:
+        if not runs_service(handle):
             continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(handle.pid, signal.SIGKILL)

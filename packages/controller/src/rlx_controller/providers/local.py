@@ -29,7 +29,16 @@ from rlx_core.clients import LifecycleClient
 from rlx_core.errors import DeadlineExceeded, InvalidArgument, RlxError, Unavailable
 from rlx_core.lifecycle import StatusInfo
 
-__all__ = ["KINDS", "LocalProvider", "ServiceHandle", "ServiceSpec", "read_services"]
+__all__ = [
+    "KINDS",
+    "LocalProvider",
+    "ServiceHandle",
+    "ServiceSpec",
+    "process_alive",
+    "process_cmdline",
+    "read_services",
+    "runs_service",
+]
 
 # Service kinds and the module whose `main` starts each one.
 KINDS: dict[str, str] = {
@@ -322,6 +331,31 @@ class LocalProvider:
         tmp = self.run_dir / f".{STATE_FILE}.tmp"
         tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
         os.replace(tmp, self.run_dir / STATE_FILE)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().split()
+    except OSError:
+        return False
+    return stat[2] != "Z"
+
+
+def process_cmdline(pid: int) -> bytes:
+    """The command line of process `pid`, arguments joined by spaces (b"" when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def runs_service(handle: ServiceHandle) -> bool:
+    """Whether the recorded pid of `handle` is alive and still that service (its command line
+    names `rlx_<kind>.server`: a recorded pid may since belong to another program)."""
+    return process_alive(handle.pid) and f"rlx_{handle.kind}.server".encode() in process_cmdline(
+        handle.pid
+    )
 
 
 def read_services(run_dir: str | os.PathLike[str]) -> dict[str, ServiceHandle]:
