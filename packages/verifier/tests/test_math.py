@@ -74,3 +74,36 @@ def test_integer_fast_path_leaves_everything_else_to_math_verify() -> None:
 
     for gold, answer in [("0.5", "1/2"), ("72", "72.0"), ("x", "x"), ("1" * 101, "1" * 101)]:
         assert integers_equal(gold, answer) is None
+
+
+def test_a_batch_judges_plain_integers_inline_and_the_rest_on_the_pool() -> None:
+    """A service batch mixing plain-integer answers (judged in the request's thread), answers
+    math-verify must parse and responses without an answer: results in order, the same as each
+    sample judged alone through the math pool."""
+    from rlx_core.clients.verifier import VerifySample
+    from rlx_verifier.config import VerifierConfig
+    from rlx_verifier.runner import judge_sample, quick_result
+    from rlx_verifier.service import VerifierService
+
+    cases = [
+        ("12+30=042", "42"),  # last number, leading zero: AC inline
+        ("the answer is 41.", "42"),  # WA inline
+        ("\\boxed{\\frac{1}{2}}", "0.5"),  # math-verify: AC
+        ("no digits", "7"),  # no answer: WA inline
+        ("so $x=2\\sqrt{2}$, the answer is $\\sqrt{8}$.", "2\\sqrt{2}"),  # math-verify: AC
+        ("#### 1,000", "1000"),  # AC inline
+    ]
+    samples = [VerifySample.math(f"s{i}", r, g) for i, (r, g) in enumerate(cases)]
+    inline = [quick_result(s) is not None for s in samples]
+    assert inline == [True, True, False, True, False, True]
+    service = VerifierService(VerifierConfig())
+    try:
+        got = service.verify(samples)
+        alone = [judge_sample(service.verifier, service.repos, s) for s in samples]
+        assert [r.sample_id for r in got] == [s.sample_id for s in samples]
+        assert [(r.status, r.score) for r in got] == [(r.status, r.score) for r in alone]
+        assert [r.status for r in got] == ["AC", "WA", "AC", "WA", "AC", "AC"]
+        status = service.status()
+        assert (status.queued, status.running, status.judged) == (0, 0, len(cases))
+    finally:
+        service.close()

@@ -125,6 +125,33 @@ def serve_worker() -> None:
         sys.stdout.flush()
 
 
+def _gold_answer(gold: str) -> str:
+    """The gold answer to compare with: extracted when the gold is a worked solution."""
+    extracted = extract_answer(gold, "auto") if "####" in gold or "\\boxed" in gold else gold
+    return extracted or gold
+
+
+def _verdict(answer: str, equal: bool | None, message: str = "") -> Verdict:
+    from rlx_verifier.judge import Verdict
+
+    extra = {"extracted": answer[:200]}
+    if equal:
+        return Verdict(status="AC", score=1.0, extra=extra)
+    return Verdict(status="WA", score=0.0, message=message or "different answer", extra=extra)
+
+
+def quick_verdict(response: str, gold: str, *, extractor: str = "auto") -> Verdict | None:
+    """The verdict when it needs no math-verify (no answer in the response, or two plain
+    integers): microseconds, in the caller's thread. None: ask a math worker."""
+    from rlx_verifier.judge import Verdict
+
+    answer = extract_answer(response, extractor)
+    if answer is None:
+        return Verdict(status="WA", score=0.0, message="no answer found in the response")
+    equal = integers_equal(_gold_answer(gold), answer)
+    return None if equal is None else _verdict(answer, equal)
+
+
 class _Worker:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
@@ -195,17 +222,13 @@ class MathPool:
             self._idle.put(worker)
 
     def judge(self, response: str, gold: str, *, extractor: str = "auto") -> Verdict:
-        from rlx_verifier.judge import Verdict
-
+        quick = quick_verdict(response, gold, extractor=extractor)
+        if quick is not None:
+            return quick
         answer = extract_answer(response, extractor)
-        if answer is None:
-            return Verdict(status="WA", score=0.0, message="no answer found in the response")
-        gold_answer = extract_answer(gold, "auto") if "####" in gold or "\\boxed" in gold else gold
-        equal, message = self.compare(gold_answer or gold, answer)
-        extra = {"extracted": answer[:200]}
-        if equal:
-            return Verdict(status="AC", score=1.0, extra=extra)
-        return Verdict(status="WA", score=0.0, message=message or "different answer", extra=extra)
+        assert answer is not None
+        equal, message = self.compare(_gold_answer(gold), answer)
+        return _verdict(answer, equal, message)
 
     def close(self) -> None:
         if self._closed:

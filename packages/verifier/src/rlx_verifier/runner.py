@@ -30,9 +30,18 @@ from rlx_core.errors import Corrupt, InvalidArgument, RlxError, Unavailable
 from rlx_verifier.checkers import compare, run_checker
 from rlx_verifier.judge import TestCase, TestResult, Verdict, Verifier
 from rlx_verifier.languages import resolve
+from rlx_verifier.math_answers import EXTRACTORS, quick_verdict
 from rlx_verifier.repository import Repositories, split_link
 
-__all__ = ["PhaseOne", "TestRun", "check_outputs", "judge_sample", "run_outputs", "to_result"]
+__all__ = [
+    "PhaseOne",
+    "TestRun",
+    "check_outputs",
+    "judge_sample",
+    "quick_result",
+    "run_outputs",
+    "to_result",
+]
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +228,17 @@ def to_result(sample_id: str, v: Verdict) -> SampleResult:
         attempts=v.attempts,
         tests=tests,
     )
+
+
+def quick_result(sample: VerifySample) -> SampleResult | None:
+    """The result of a math sample that needs no math-verify (no answer found, or two plain
+    integers), computed in the caller's thread: a pool round trip per sample cost ~20x more
+    than the comparison. None: judge it with `judge_sample`."""
+    extractor = sample.extractor or "auto"
+    if sample.kind != "math" or extractor not in EXTRACTORS:
+        return None
+    verdict = quick_verdict(sample.code, sample.gold_answer, extractor=extractor)
+    return None if verdict is None else to_result(sample.sample_id, verdict)
 
 
 def judge_sample(verifier: Verifier, repos: Repositories, sample: VerifySample) -> SampleResult:

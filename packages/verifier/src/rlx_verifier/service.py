@@ -17,7 +17,7 @@ from rlx_verifier.config import VerifierConfig
 from rlx_verifier.judge import Verdict, Verifier
 from rlx_verifier.lambda_backend import LambdaBackend
 from rlx_verifier.repository import Repositories
-from rlx_verifier.runner import PhaseOne, check_outputs, judge_sample, run_outputs
+from rlx_verifier.runner import PhaseOne, check_outputs, judge_sample, quick_result, run_outputs
 
 __all__ = ["VerifierService"]
 
@@ -66,7 +66,13 @@ class VerifierService:
                     return self.backend.verify(samples)
             verifier = self.verifier
             assert verifier is not None
-            return verifier.map(self._one, samples)
+            results = [quick_result(s) for s in samples]  # plain-integer math: inline
+            rest = [i for i, r in enumerate(results) if r is None]
+            with self._lock:
+                self._queued -= len(samples) - len(rest)
+            for i, r in zip(rest, verifier.map(self._one, [samples[i] for i in rest]), strict=True):
+                results[i] = r
+            return [r for r in results if r is not None]
         finally:
             with self._lock:
                 self._judged += len(samples)
