@@ -83,8 +83,30 @@ def test_bad_unit_ids(tmp_path) -> None:  # type: ignore[no-untyped-def]
 def test_known_absent_append_writes_without_reading_first(tmp_path) -> None:  # type: ignore[no-untyped-def]
     storage = open_storage(tmp_path)
     log = RolloutLog(storage)
-    # the single writer looked the unit up and found nothing: one write, no read
-    stored = log.append("u1", {"t": (1, 2), "r": 0.1}, known_absent=True)
-    assert stored == {"t": [1, 2], "r": 0.1}  # what the log holds (JSON), not the tuple given
-    assert decode_record(storage.get("rollouts/u1.rec")) == stored
+    # the single writer looked the unit up and found nothing: one write, no read, and its
+    # (JSON-native) payload comes back as given, value for value what a read gives
+    reads = []
+    real_get = storage.get
+    storage.get = lambda key: reads.append(key) or real_get(key)  # type: ignore[method-assign]
+    payload = {"t": [1, 2], "r": 0.1, "s": [{"logp": [-0.1234567890123, -1e-300], "x": None}]}
+    stored = log.append("u1", payload, known_absent=True)
+    assert reads == []
+    assert stored == payload and stored is not payload
+    assert decode_record(real_get("rollouts/u1.rec")) == stored
     assert RolloutLog(storage).get("u1") == stored
+
+
+def test_position_follows_appends_after_one_listing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    storage = open_storage(tmp_path)
+    RolloutLog(storage).append("b00000000.r0.u0001", {"x": 1})
+    log = RolloutLog(storage)
+    assert log.position() == {"records": 1, "last_unit": "b00000000.r0.u0001"}  # listed once
+    listings = []
+    real_list = storage.list
+    storage.list = lambda prefix: listings.append(prefix) or real_list(prefix)  # type: ignore[method-assign]
+    log.append("b00000001.r0.u0000", {"x": 2}, known_absent=True)
+    log.append("b00000000.r0.u0000", {"x": 3}, known_absent=True)
+    log.append("b00000000.r0.u0000", {"x": 3})  # already logged: counted once
+    assert log.position() == {"records": 3, "last_unit": "b00000001.r0.u0000"}
+    assert listings == []  # a snapshot's position lists nothing once the log is known
+    assert RolloutLog(storage).position() == log.position()  # what a fresh listing finds

@@ -103,6 +103,10 @@ class RolloutLog:
         self.storage = storage
         self.prefix = prefix.strip("/")
         self.torn: set[str] = set()  # unit ids found torn since this object was made
+        # unit ids with a record: one listing, then kept up to date by append (the controller
+        # is the log's only writer), so a snapshot's position costs no listing of a long log
+        self._ids: set[str] | None = None
+        self._last = ""
 
     def _key(self, unit_id: str) -> str:
         if not _UNIT_ID.match(unit_id):
@@ -144,8 +148,10 @@ class RolloutLog:
         `append_strict` also checks that an existing record equals `payload`.
 
         `known_absent=True` (the only writer has just looked the unit up and found no valid
-        record) skips the second read. A freshly written payload is returned as the log now
-        holds it: decoded from the record's own body, without re-reading storage.
+        record) skips the second read and returns `payload` itself, which must then be
+        JSON-native (dicts with str keys, lists, str, int, float, bool, None: what reading the
+        record back gives, value for value); otherwise a freshly written payload is returned
+        decoded from the record's own body, without re-reading storage.
         """
         present = False
         if not known_absent:
@@ -156,9 +162,14 @@ class RolloutLog:
             present = True
         body = _canonical(payload)
         self.storage.put(self._key(unit_id), _frame(body))
+        if self._ids is not None:
+            self._ids.add(unit_id)
+            self._last = max(self._last, unit_id)
         if present:
             log.warning("rollout log: rewrote torn record %s", unit_id)
             self.torn.discard(unit_id)
+        if known_absent:  # the writer's own fresh payload, JSON-native: what a read would give
+            return dict(payload)
         result: dict[str, Any] = json.loads(body)
         return result
 
@@ -174,13 +185,15 @@ class RolloutLog:
         return stored
 
     def unit_ids(self) -> list[str]:
-        """Unit ids that have a record (valid or not), sorted."""
+        """Unit ids that have a record (valid or not), sorted (one listing of the storage)."""
         out = []
         for key in self.storage.list(self.prefix + "/"):
             name = key[len(self.prefix) + 1 :]
             if "/" not in name and name.endswith(_SUFFIX):
                 out.append(name[: -len(_SUFFIX)])
-        return sorted(out)
+        out.sort()
+        self._ids, self._last = set(out), out[-1] if out else ""
+        return out
 
     def scan(self) -> LogScan:
         """Read every record and sort them into valid and torn (reads the whole log)."""
@@ -191,7 +204,9 @@ class RolloutLog:
         return LogScan(tuple(valid), tuple(torn))
 
     def position(self) -> dict[str, Any]:
-        """The log's position for a snapshot: record count and the greatest unit id (cheap: a
-        listing, no reads)."""
-        ids = self.unit_ids()
-        return {"records": len(ids), "last_unit": ids[-1] if ids else ""}
+        """The log's position for a snapshot: record count and the greatest unit id (no reads;
+        one listing the first time, then what this object appended since)."""
+        if self._ids is None:
+            self.unit_ids()
+        assert self._ids is not None
+        return {"records": len(self._ids), "last_unit": self._last}
