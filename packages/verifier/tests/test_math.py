@@ -107,3 +107,23 @@ def test_a_batch_judges_plain_integers_inline_and_the_rest_on_the_pool() -> None
         assert (status.queued, status.running, status.judged) == (0, 0, len(cases))
     finally:
         service.close()
+
+
+def test_warm_math_starts_the_workers_before_the_first_answer() -> None:
+    """The server warms its math workers at start (math-verify's import takes seconds): the
+    processes run before any answer needs one, and the first such answer uses them."""
+    from rlx_verifier.config import JudgeConfig
+
+    v = Verifier(JudgeConfig(math_workers=1))
+    try:
+        assert v._math is None  # a bare Verifier starts them lazily
+        v.warm_math()
+        pool = v._math
+        assert pool is not None
+        (worker,) = list(pool._idle.queue)
+        assert worker.proc.poll() is None  # running, importing math-verify
+        v.warm_math()
+        assert v._math is pool  # once
+        assert v.math("so \\boxed{\\frac{1}{2}}", "0.5").status == "AC"
+    finally:
+        v.close()

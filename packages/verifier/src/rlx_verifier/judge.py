@@ -106,6 +106,7 @@ class Verifier:
         self._cache: OrderedDict[str, Verdict] = OrderedDict()
         self._cache_lock = Lock()
         self._math: MathPool | None = None
+        self._math_lock = Lock()
         self._seed: str | None = None  # Go build-cache seed ("" = could not be made)
         self._seed_lock = Lock()
         log.info(
@@ -172,13 +173,21 @@ class Verifier:
 
     def math(self, response: str, gold: str, *, extractor: str = "auto") -> Verdict:
         """Extract the final answer of `response` and compare it with `gold` (math-verify)."""
+        return self._math_pool().judge(response, gold, extractor=extractor)
+
+    def warm_math(self) -> None:
+        """Start the math-verify workers now, not at the first answer that needs one: each
+        imports math-verify (sympy), ~4 s of CPU, which would otherwise stall that request."""
+        self._math_pool()
+
+    def _math_pool(self) -> MathPool:
         from rlx_verifier.math_answers import MathPool
 
-        if self._math is None:
-            self._math = MathPool(
-                self.config.math_workers or min(2, os.cpu_count() or 1), self.config.math_timeout_s
-            )
-        return self._math.judge(response, gold, extractor=extractor)
+        with self._math_lock:
+            if self._math is None:
+                workers = self.config.math_workers or min(2, os.cpu_count() or 1)
+                self._math = MathPool(workers, self.config.math_timeout_s)
+            return self._math
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         """Run `fn` over `items` on the worker pool (for batches of judge calls)."""

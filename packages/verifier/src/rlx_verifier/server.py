@@ -16,6 +16,8 @@ __all__ = ["main", "serve"]
 def serve(config: VerifierConfig, *, on_ready: Callable[[str], None] | None = None) -> int:
     """Run the server until SIGTERM, SIGINT or a Shutdown call; return the exit code."""
     service = VerifierService(config)
+    if service.verifier is not None:  # their imports run while the server starts
+        service.verifier.warm_math()
     try:
         return run_service(
             service.lifecycle, config.server, registrations(service), on_ready=on_ready
