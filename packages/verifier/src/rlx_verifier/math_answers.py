@@ -140,14 +140,18 @@ def _verdict(answer: str, equal: bool | None, message: str = "") -> Verdict:
     return Verdict(status="WA", score=0.0, message=message or "different answer", extra=extra)
 
 
+def _no_answer() -> Verdict:
+    from rlx_verifier.judge import Verdict
+
+    return Verdict(status="WA", score=0.0, message="no answer found in the response")
+
+
 def quick_verdict(response: str, gold: str, *, extractor: str = "auto") -> Verdict | None:
     """The verdict when it needs no math-verify (no answer in the response, or two plain
     integers): microseconds, in the caller's thread. None: ask a math worker."""
-    from rlx_verifier.judge import Verdict
-
     answer = extract_answer(response, extractor)
     if answer is None:
-        return Verdict(status="WA", score=0.0, message="no answer found in the response")
+        return _no_answer()
     equal = integers_equal(_gold_answer(gold), answer)
     return None if equal is None else _verdict(answer, equal)
 
@@ -222,12 +226,10 @@ class MathPool:
             self._idle.put(worker)
 
     def judge(self, response: str, gold: str, *, extractor: str = "auto") -> Verdict:
-        quick = quick_verdict(response, gold, extractor=extractor)
-        if quick is not None:
-            return quick
         answer = extract_answer(response, extractor)
-        assert answer is not None
-        equal, message = self.compare(_gold_answer(gold), answer)
+        if answer is None:
+            return _no_answer()
+        equal, message = self.compare(_gold_answer(gold), answer)  # plain integers: no worker
         return _verdict(answer, equal, message)
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import cast
 
 from rlx_core.clients.verifier import SampleResult, TestLink, VerifierStatus, VerifySample
 from rlx_core.lifecycle import Lifecycle
@@ -72,7 +73,7 @@ class VerifierService:
                 self._queued -= len(samples) - len(rest)
             for i, r in zip(rest, verifier.map(self._one, [samples[i] for i in rest]), strict=True):
                 results[i] = r
-            return [r for r in results if r is not None]
+            return cast(list[SampleResult], results)  # every entry is filled now
         finally:
             with self._lock:
                 self._judged += len(samples)
