@@ -21,10 +21,17 @@ def make(cfg_sections: dict | None = None, seed: int = 1) -> Trainer:
     return Trainer(config(**(cfg_sections or {})), MODEL, init_params(MODEL, seed), seed=seed)
 
 
+@pytest.mark.parametrize("fuse", [False, True], ids=["prefill", "fused"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_aligned_mode_gives_ratio_exactly_one_for_every_token(dtype: str) -> None:
-    # grad_accum 2: every microbatch of the first update still has π_θ == π_old
-    t = make({"model": {"param_dtype": dtype, "compute_dtype": dtype}, "update": {"grad_accum": 2}})
+def test_aligned_mode_gives_ratio_exactly_one_for_every_token(dtype: str, fuse: bool) -> None:
+    # grad_accum 2: every microbatch of the first update still has π_θ == π_old. Unfused, π_old
+    # is the prefill and aligned mode makes the training forward match it bit for bit.
+    t = make(
+        {
+            "model": {"param_dtype": dtype, "compute_dtype": dtype},
+            "update": {"grad_accum": 2, "fuse_old": fuse},
+        }
+    )
     r = t.train_step(rl_batch(0))
     m = r.metrics
     assert m["ratio_max_abs_dev"] == 0.0, m
@@ -33,9 +40,28 @@ def test_aligned_mode_gives_ratio_exactly_one_for_every_token(dtype: str) -> Non
     assert r.step == 1 and t.state.step == 1
 
 
+def test_fused_old_policy_agrees_with_the_prefill_and_is_deterministic() -> None:
+    """π_old from the training forward itself (the default when it is the step's params) gives
+    the prefill path's step up to float rounding, and the same params bit for bit when run
+    again; the prefill path is what `update.fuse_old = false` runs."""
+    batch = rl_batch(3)
+    prefill = make({"update": {"fuse_old": False}})
+    fused, again = make(), make()
+    rp, rf, ra = (t.train_step(batch).metrics for t in (prefill, fused, again))
+    assert rf["ratio_max_abs_dev"] == 0.0 and rf["kl_k1"] == 0.0
+    for name in ("mismatch_mean", "mismatch_max", "mismatch_p95", "loss", "entropy"):
+        assert rf[name] == pytest.approx(rp[name], abs=1e-6), name
+    assert rf["grad_norm"] == pytest.approx(rp["grad_norm"], rel=1e-5)
+    fp, ff = flat(prefill.state.params), flat(fused.state.params)
+    for k in fp:  # Adam's first step is about ±lr (1e-3) per weight: 1% of it
+        np.testing.assert_allclose(ff[k], fp[k], atol=1e-5, rtol=0, err_msg=k)
+    assert_bit_equal(fused.state.params, again.state.params)
+    assert rf["mismatch_max"] == ra["mismatch_max"]
+
+
 def test_unaligned_ratio_deviation_is_measured_not_assumed() -> None:
     """Without aligned mode r is whatever XLA makes it; the metric reports it (see README)."""
-    t = make({"update": {"aligned": False}})
+    t = make({"update": {"aligned": False, "fuse_old": False}})
     m = t.train_step(rl_batch(0)).metrics
     assert 0.0 <= m["ratio_max_abs_dev"] < 1e-3
     assert m["ratio_min"] <= 1.0 <= m["ratio_max"]
@@ -95,7 +121,8 @@ def test_sft_step_learns_a_pattern() -> None:
 
 def test_metrics_and_mismatch_thresholds() -> None:
     batch = rl_batch(6)
-    t = make({"metrics": {"warn_mismatch_mean": 0.5}})
+    # π_old from the prefill, so a sampler that agrees with the prefill has no mismatch at all
+    t = make({"metrics": {"warn_mismatch_mean": 0.5}, "update": {"fuse_old": False}})
     r = t.train_step(batch)
     m = r.metrics
     for name in (
@@ -128,12 +155,13 @@ def test_metrics_and_mismatch_thresholds() -> None:
     m2 = t.train_step(exact).metrics
     assert m2["mismatch_max"] == 0.0
 
-    stopper = make({"metrics": {"stop_mismatch_max": 0.1}})
-    before = flat(stopper.state.params)
-    with pytest.raises(FailedPrecondition, match="stop_mismatch_max"):
-        stopper.train_step(batch)
-    assert stopper.state.step == 0
-    assert_bit_equal(stopper.state.params, _unflat(before))
+    for fuse in (False, True):  # fused, the check comes after the update, which is not applied
+        stopper = make({"metrics": {"stop_mismatch_max": 0.1}, "update": {"fuse_old": fuse}})
+        before = flat(stopper.state.params)
+        with pytest.raises(FailedPrecondition, match="stop_mismatch_max"):
+            stopper.train_step(batch)
+        assert stopper.state.step == 0
+        assert_bit_equal(stopper.state.params, _unflat(before))
 
 
 def _device_micro(t: Trainer, batch: TrainBatch) -> dict:

@@ -9,7 +9,9 @@ Model: DESIGN §10's bench config (4 layers, hidden 512, 8 heads, 2 KV heads, vo
 - `plain update`: forward + backward + AdamW on the batch (aligned mode off), π_old given;
 - `recompute π_old`: the prefill forward of the generation version over the same batch;
 - `aligned update`: the update with jax.checkpoint(nothing_saveable) around the whole log-prob
-  function (the forward runs twice: once for the values, once inside the backward).
+  function (the forward runs twice: once for the values, once inside the backward);
+- `fused step`: the default when π_old is the step's own params (`update.fuse_old`): no
+  prefill, π_old is the stop-gradient of the training forward, no remat.
 
 Each figure is the best of `repeats` steps after a warm-up step (compilation). `uptime` is
 printed before and after: the machine is shared, and its load moves the absolute figures.
@@ -45,14 +47,16 @@ def batch(b: int, g: int, s: int, version: int, seed: int) -> TrainBatch:
     return TrainBatch.rl(tokens, mask, sampler, rewards, version=version)
 
 
-def measure(aligned: bool, args: argparse.Namespace, params: dict) -> tuple[float, float]:
+def measure(
+    aligned: bool, args: argparse.Namespace, params: dict, *, fuse: bool = False
+) -> tuple[float, float]:
     """(best recompute seconds, best update seconds) over `repeats` steps after a warm-up."""
     cfg = from_dict(
         TrainerConfig,
         {
             "optimizer": {"lr": 1e-5, "schedule": "constant"},
             "objective": {"preset": "grpo", "beta": 0.0},
-            "update": {"aligned": aligned},
+            "update": {"aligned": aligned, "fuse_old": fuse},
             "keep_versions": 0,
         },
     )
@@ -60,7 +64,7 @@ def measure(aligned: bool, args: argparse.Namespace, params: dict) -> tuple[floa
     recompute, update = [], []
     for i in range(args.repeats + 1):
         label = "warm-up (compiles)" if i == 0 else f"step {i}/{args.repeats}"
-        print(f"  aligned={aligned} {label} ...", file=sys.stderr, flush=True)
+        print(f"  aligned={aligned} fuse={fuse} {label} ...", file=sys.stderr, flush=True)
         m = t.train_step(batch(args.prompts, args.group, args.seq, t.state.step, i)).metrics
         if i:
             recompute.append(m["recompute_s"])
@@ -79,6 +83,7 @@ def main() -> int:
     params = init_params(CFG, seed=0)
     rec_plain, upd_plain = measure(False, args, params)
     rec_aligned, upd_aligned = measure(True, args, params)
+    rec_fused, upd_fused = measure(True, args, params, fuse=True)
     after = uptime()
     tokens = args.prompts * args.group * args.seq
     recompute = min(rec_plain, rec_aligned)
@@ -95,6 +100,7 @@ def main() -> int:
         ("aligned update", upd_aligned),
         ("full step, plain", upd_plain + recompute),
         ("full step, aligned", upd_aligned + recompute),
+        ("fused step (default)", upd_fused + rec_fused),
     ]
     print(f"{'':28}{'seconds':>10}{'tokens/s':>11}{'x plain update':>16}")
     for name, seconds in rows:

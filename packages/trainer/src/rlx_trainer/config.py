@@ -133,6 +133,10 @@ class UpdateConfig:
     # jax.checkpoint(nothing_saveable) around the whole log-prob function, so the training
     # forward compiles like the π_old prefill and r == 1 exactly on the first update (DESIGN §6)
     aligned: bool = True
+    # when π_old is the params being trained (old_policy gives the current version and the batch
+    # makes one update: epochs = minibatches = 1), take log π_old from the training forward itself
+    # (stop-gradient) instead of a separate prefill: one forward fewer, no remat, r == 1 exactly
+    fuse_old: bool = True
     # π_old from: "generation" = the params of the version the batch was generated with;
     # "step_start" = the params before this step (decoupled PPO's proximal policy); "auto" =
     # step_start for decoupled_ppo, generation otherwise

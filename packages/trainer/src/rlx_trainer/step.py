@@ -10,6 +10,12 @@ Aligned mode (DESIGN §6): the training forward is `jax.checkpoint(logprobs,
 policy=nothing_saveable)` around the *whole* log-prob function, so XLA compiles its primal like
 the plain jitted prefill that computes π_old and r = π_θ/π_old is exactly 1.0 on the first
 update. Both go through the same Python function with the same shapes.
+
+Fused π_old: when π_old is the params being differentiated (π_old = the params at the step's
+start and the batch makes one update), `rl_grad_fused` takes log π_old as the stop-gradient of
+the training forward's own log-probs: one forward instead of a prefill plus a remat forward
+(with a reference model, whose π_ref still comes from a prefill, the remat stays), and r == 1
+exactly by construction. It returns log π_old for the mismatch statistics.
 """
 
 from __future__ import annotations
@@ -70,6 +76,9 @@ class StepFunctions:
         self.rl_grad = jax.jit(
             jax.value_and_grad(self._rl_loss, has_aux=True), static_argnames=("max_len",)
         )
+        self.rl_grad_fused = jax.jit(
+            jax.value_and_grad(self._rl_loss_fused, has_aux=True), static_argnames=("max_len",)
+        )
         self.sft_grad = jax.jit(jax.value_and_grad(self._sft_loss, has_aux=True))
         self.add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
         self.apply = jax.jit(self._apply)
@@ -101,8 +110,32 @@ class StepFunctions:
         *,
         max_len: int | None,
     ) -> tuple[jax.Array, Arrays]:
-        assert self.objective is not None
         logp, entropy = self._train_logprobs(params, mb)
+        return self._rl_terms(logp, entropy, mb, old_logp, ref_logp, max_len)
+
+    def _rl_loss_fused(
+        self, params: Params, mb: Arrays, ref_logp: jax.Array | None, *, max_len: int | None
+    ) -> tuple[jax.Array, tuple[Arrays, jax.Array]]:
+        """The RL loss with log π_old = sg(log π_θ) of this very forward (see the module doc).
+        With a reference model the forward stays the aligned one, so it matches π_ref's
+        prefill (KL exactly 0 while π_θ is π_ref)."""
+        forward = self._logprobs if ref_logp is None else self._train_logprobs
+        logp, entropy = forward(params, mb)
+        old_logp = sg(logp)
+        loss, metrics = self._rl_terms(logp, entropy, mb, old_logp, ref_logp, max_len)
+        return loss, (metrics, old_logp)
+
+    def _rl_terms(
+        self,
+        logp: jax.Array,
+        entropy: jax.Array,
+        mb: Arrays,
+        old_logp: jax.Array,
+        ref_logp: jax.Array | None,
+        max_len: int | None,
+    ) -> tuple[jax.Array, Arrays]:
+        """The objective and its metrics from the training forward's [n, S] log-probs."""
+        assert self.objective is not None
         mask = mb["loss_mask"]
         batch = ObjectiveBatch(
             old_logp=self._grouped(old_logp),

@@ -36,6 +36,8 @@ from rlx_trainer.objective import K2KL, K3KL, RLObjective, preset
 from rlx_trainer.optim import make_optimizer, make_schedule
 from rlx_trainer.step import StepFunctions
 
+Arrays = dict[str, jax.Array]
+
 __all__ = ["TrainState", "Trainer", "flatten", "model_config_from_dict", "model_config_to_dict"]
 
 log = logging.getLogger(__name__)
@@ -224,16 +226,32 @@ class Trainer:
             rows_divisor=self.config.mesh.data * self.config.mesh.fsdp,
         )
 
-    def _recompute(
-        self, batch: TrainBatch, fns: StepFunctions, micro: list[dict[str, jax.Array]]
-    ) -> tuple[list[jax.Array], list[jax.Array | None], dict[str, float], list[str]]:
-        """π_old (and π_ref) per microbatch with the prefill forward, and the mismatch stats."""
-        source = batch.version if self.config.old_policy == "generation" else self.state.step
-        old_params = self.params_for_version(source)
-        old = [fns.prefill(old_params, mb)[0] for mb in micro]
-        ref: list[jax.Array | None] = [None] * len(micro)
-        if self.reference is not None:
-            ref = [fns.prefill(self.reference, mb)[0] for mb in micro]
+    def _old_source(self, batch: TrainBatch) -> int:
+        """The version whose params are π_old for `batch`."""
+        return batch.version if self.config.old_policy == "generation" else self.state.step
+
+    def _fuses_old(self, batch: TrainBatch) -> bool:
+        """π_old is the params the one update of this step differentiates: the training forward
+        gives it (`StepFunctions.rl_grad_fused`), no prefill."""
+        u = self.config.update
+        return (
+            batch.kind == "rl"
+            and u.fuse_old
+            and u.epochs == 1
+            and u.minibatches == 1
+            and self._old_source(batch) == self.state.step
+        )
+
+    def _prefill(self, params: Params | None, fns: StepFunctions, micro: list[Arrays]) -> list[Any]:
+        """Per microbatch, the prefill log-probs of `params` (None without them)."""
+        if params is None:
+            return [None] * len(micro)
+        return [fns.prefill(params, mb)[0] for mb in micro]
+
+    def _mismatch(
+        self, batch: TrainBatch, old: list[jax.Array]
+    ) -> tuple[dict[str, float], list[str]]:
+        """Sampler-vs-π_old statistics; warnings, or FailedPrecondition past a stop threshold."""
         host_old = np.concatenate([np.asarray(x) for x in old])
         assert batch.sampler_logp is not None
         stats = mismatch(
@@ -241,21 +259,24 @@ class Trainer:
             host_old,
             batch.loss_mask.reshape(host_old.shape),
         )
-        return old, ref, stats, check_thresholds(stats, self.config.metrics)
+        return stats, check_thresholds(stats, self.config.metrics)
 
     def _updates(
         self,
         batch: TrainBatch,
         fns: StepFunctions,
-        micro: list[dict[str, jax.Array]],
-        old: list[jax.Array],
+        micro: list[Arrays],
+        old: list[jax.Array] | None,
         ref: list[jax.Array | None],
-    ) -> tuple[Params, Any, list[dict[str, Any]], list[jax.Array]]:
-        """Epochs × minibatches optimizer updates, each on grad_accum microbatches."""
+    ) -> tuple[Params, Any, list[dict[str, Any]], list[jax.Array], list[jax.Array]]:
+        """Epochs × minibatches optimizer updates, each on grad_accum microbatches. With `old`
+        None (a fused RL step) the gradients take π_old from their own forward, and the last
+        item returned is that π_old per microbatch."""
         u = self.config.update
         params, opt_state = self.state.params, self.state.opt_state
         per_micro: list[dict[str, Any]] = []
         norms: list[jax.Array] = []
+        fused_old: list[jax.Array] = []
         max_len = batch.max_len or None
         scale = jnp.float32(1.0 / u.grad_accum if batch.kind == "rl" else 1.0)
         for _epoch in range(u.epochs):
@@ -264,18 +285,23 @@ class Trainer:
                 denom = jnp.float32(sum(float(micro[k]["loss_mask"].sum()) for k in idx))
                 grads = None
                 for k in idx:
-                    if batch.kind == "rl":
+                    if batch.kind != "rl":
+                        (_, mets), g = fns.sft_grad(params, micro[k], denom)
+                    elif old is None:
+                        (_, (mets, o)), g = fns.rl_grad_fused(
+                            params, micro[k], ref[k], max_len=max_len
+                        )
+                        fused_old.append(o)
+                    else:
                         (_, mets), g = fns.rl_grad(
                             params, micro[k], old[k], ref[k], max_len=max_len
                         )
-                    else:
-                        (_, mets), g = fns.sft_grad(params, micro[k], denom)
                     per_micro.append(mets)
                     grads = g if grads is None else fns.add(grads, g)
                 params, opt_state, norm = fns.apply(params, opt_state, grads, scale)
                 norms.append(norm)
         jax.block_until_ready(params)
-        return params, opt_state, per_micro, norms
+        return params, opt_state, per_micro, norms, fused_old
 
     def compute_step(self, batch: TrainBatch) -> tuple[TrainState, StepResult]:
         """The state after training on `batch`, and the step's metrics; `self` is unchanged."""
@@ -288,14 +314,20 @@ class Trainer:
             {k: jax.device_put(v, batch_sharding(self.mesh, v.ndim)) for k, v in mb.arrays.items()}
             for mb in split_batch(batch, parts)
         ]
-        old: list[jax.Array] = []
+        fused = self._fuses_old(batch)
+        old: list[jax.Array] | None = None
         ref: list[jax.Array | None] = [None] * parts
         stats: dict[str, float] = {}
         warnings: list[str] = []
         if batch.kind == "rl":
-            old, ref, stats, warnings = self._recompute(batch, fns, micro)
+            ref = self._prefill(self.reference, fns, micro)
+            if not fused:  # π_old (and its mismatch check) before any update
+                old = self._prefill(self.params_for_version(self._old_source(batch)), fns, micro)
+                stats, warnings = self._mismatch(batch, old)
         recompute_s = time.perf_counter() - start
-        params, opt_state, per_micro, norms = self._updates(batch, fns, micro, old, ref)
+        params, opt_state, per_micro, norms, fused_old = self._updates(batch, fns, micro, old, ref)
+        if fused:  # a stop threshold raises here: the new state is never committed
+            stats, warnings = self._mismatch(batch, fused_old)
         n_updates = u.epochs * u.minibatches
         metrics = summarize(
             jax.device_get(per_micro),
