@@ -57,6 +57,12 @@ MAIN = [  # the loop's own calls, in the order a step makes them
     "snapshot",
     "  of which paramserver manifest (params hash)",
 ]
+TRAINER_PARTS: list[tuple[str, Any]] = [  # from the trainer's own step metrics
+    ("  π_old / π_ref prefill", lambda t: t["recompute_s"]),
+    ("  forward, backward, optimizer", lambda t: t["compute_s"] - t["recompute_s"]),
+    ("  push to the paramserver", lambda t: t["push_s"]),
+    ("  rest (host copy, commit)", lambda t: t["step_time_s"] - t["compute_s"] - t["push_s"]),
+]
 BACKGROUND = [  # a unit runs in two stages (Driver._submit)
     "gen stage",
     "  worker load_version RPC",
@@ -189,6 +195,11 @@ def run_rlx(label: str, overrides: list[str], steps: int, skip: int) -> dict[str
             if line.strip()
         ]
     step_s = [r["step_s"] for r in records if "step_s" in r and r["step"] > skip]
+    steady = [r for r in records if "step_s" in r and r["step"] > skip]
+    trainer_ms = {
+        k: 1e3 * statistics.median(r.get(f"trainer/{k}", 0.0) for r in steady)
+        for k in ("step_time_s", "compute_s", "recompute_s", "push_s")
+    }
     ends = timings.ends("trainer step RPC")
     if summary.steps != steps or len(ends) != steps or not step_s:
         raise SystemExit(f"{label}: ran {summary.steps} of {steps} steps")
@@ -219,6 +230,7 @@ def run_rlx(label: str, overrides: list[str], steps: int, skip: int) -> dict[str
         "background": bg,
         "steps_in_window": n,
         "train_s_per_step": summary.train_s_per_step,
+        "trainer_ms": trainer_ms,
     }
 
 
@@ -290,6 +302,9 @@ def main() -> None:  # noqa: PLR0915  (one report, top to bottom)
     for c in keys:
         print(f"{c:<{width}}" + "".join(f"{r['main_ms'][c]:>22.1f}" for r in rows))
     print(f"{'= mean s/step x 1000':<{width}}" + "".join(f"{1e3 * r['mean']:>22.1f}" for r in rows))
+    print(f"{'inside the trainer step (median ms)':<{width}}")
+    for name, cell in TRAINER_PARTS:
+        print(f"{name:<{width}}" + "".join(f"{cell(r['trainer_ms']):>22.1f}" for r in rows))
     print(f"{'background (ms/call; calls)':<{width}}")
     for c in BACKGROUND:
         cells = []
