@@ -7,27 +7,15 @@ every unit, and fills every batch.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+from types import ModuleType
 
 from rlx_controller.demo import DEMO_TASK, write_addition_jsonl
 
-SIM = Path(__file__).resolve().parents[1] / "tools" / "bench" / "e2e" / "sim.py"
 
-
-def _load_sim():
-    sys.path.insert(0, str(SIM.parent))
-    spec = importlib.util.spec_from_file_location("rlx_bench_e2e_sim", SIM)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_simulation_runs_the_real_driver_with_simulated_workers(tmp_path: Path) -> None:
-    sim = _load_sim()
+def test_simulation_runs_the_real_driver_with_simulated_workers(
+    sim: ModuleType, tmp_path: Path
+) -> None:
     write_addition_jsonl(tmp_path / "data", DEMO_TASK)
     model = sim.LatencyModel().scaled(0.005)
     workers, steps = 4, 5

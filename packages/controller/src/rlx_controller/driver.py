@@ -295,6 +295,8 @@ class Driver:
             None  # metrics.jsonl + TensorBoard, opened at first use
         )
         self.refill_budget = budget_prompts(cfg.batch.prompts, cfg.dynamic_sampling.budget)
+        self._snapshot_thread: ThreadPoolExecutor | None = None  # writes reload snapshots
+        self._pending_snapshot: Future[None] | None = None
 
     # --- output -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -723,28 +725,57 @@ class Driver:
         reason: str,
         outstanding: list[WorkUnit],
         totals: dict[str, float],
+        *,
+        background: bool = False,
     ) -> None:
+        """Write the snapshot of `step`. Its contents are fixed here; with `background` the
+        params-hash RPC and the durable write run on the snapshot thread while the loop goes on
+        (one at a time, in step order: the previous one is waited for, its error raised, first).
+        A snapshot not yet written when the process dies is simply absent: resume starts from
+        the one before it."""
+        self._wait_snapshot()
         state = self.schedule.state_before(step)
-        snap = Snapshot(
-            run_id=self.run_id,
-            config_hash=self.hash,
-            step=step,
-            version=step,
-            checkpoint_step=None if ckpt is None else ckpt[0],
-            checkpoint_uri="" if ckpt is None else ckpt[1],
-            params_hash=self._params_hash(step),
-            next_batch=step,
-            mixture=state,
-            epochs=self.mixture.epochs(state),
-            rng={"samples": step, "train/pick": state.draws},
-            rollout_log=self.rollouts.position(),
-            outstanding=tuple(u for u in outstanding if u.batch >= step),
-            metrics=dict(totals),
-            reason=reason,
-            created_unix=time.time(),
-        )
-        self.snapshots.write(snap)
-        self.progress.components["snapshot"] = f"step {step} ({reason})"
+        fields: dict[str, Any] = {
+            "run_id": self.run_id,
+            "config_hash": self.hash,
+            "step": step,
+            "version": step,
+            "checkpoint_step": None if ckpt is None else ckpt[0],
+            "checkpoint_uri": "" if ckpt is None else ckpt[1],
+            "next_batch": step,
+            "mixture": state,
+            "epochs": self.mixture.epochs(state),
+            "rng": {"samples": step, "train/pick": state.draws},
+            "rollout_log": self.rollouts.position(),
+            "outstanding": tuple(u for u in outstanding if u.batch >= step),
+            "metrics": dict(totals),
+            "reason": reason,
+            "created_unix": time.time(),
+        }
+
+        def write() -> None:
+            self.snapshots.write(Snapshot(**fields, params_hash=self._params_hash(step)))
+            self.progress.components["snapshot"] = f"step {step} ({reason})"
+
+        if not background:
+            write()
+            return
+        if self._snapshot_thread is None:
+            self._snapshot_thread = ThreadPoolExecutor(1, thread_name_prefix="snapshot")
+        self._pending_snapshot = self._snapshot_thread.submit(write)
+
+    def _wait_snapshot(self) -> None:
+        """Wait for the snapshot being written in the background, if any; raise its error."""
+        pending, self._pending_snapshot = self._pending_snapshot, None
+        if pending is not None:
+            pending.result()
+
+    def _settle_snapshot(self) -> None:
+        """`_wait_snapshot` while another error is on its way out: log this one, not raise."""
+        try:
+            self._wait_snapshot()
+        except Exception as e:  # the error already on its way out matters more
+            self.log(f"the snapshot being written failed too: {e}")
 
     # --- the loop ---------------------------------------------------------------------------
     def request_stop(self, reason: str = "signal") -> None:
@@ -792,6 +823,9 @@ class Driver:
             (self.run_dir / "summary.json").write_text(json.dumps(result.to_dict(), indent=1))
             return result
         finally:
+            if self._snapshot_thread is not None:
+                self._snapshot_thread.shutdown(wait=True)
+                self._snapshot_thread = None
             sys.setswitchinterval(old_switch)
             self._restore_signals(old_handlers)
             self._close_clients()
@@ -953,9 +987,10 @@ class Driver:
                 if new == cfg.steps:
                     self._snapshot(new, ckpt, "final", outstanding, totals)
                 elif self.schedule.is_reload_boundary(new) and new % cfg.snapshot_every == 0:
-                    self._snapshot(new, ckpt, "reload", outstanding, totals)
+                    self._snapshot(new, ckpt, "reload", outstanding, totals, background=True)
                 if self._stop.is_set():
                     raise Stop
+            self._wait_snapshot()
         except Stop:
             stopped = True
             self.log(f"stopping ({self._stop_reason}): writing a snapshot")
@@ -964,6 +999,9 @@ class Driver:
             if at > 0:
                 ckpt = self._call(self.trainer.save_checkpoint, "trainer checkpoint")
                 self._snapshot(at, ckpt, "sigterm", outstanding, totals)
+        except BaseException:
+            self._settle_snapshot()
+            raise
         finally:
             pool.shutdown(wait=not stopped, cancel_futures=True)
             post_pool.shutdown(wait=not stopped, cancel_futures=True)
