@@ -3,15 +3,18 @@ sampling's drop of uniform groups, on logged-rollout payloads (no services neede
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
-from rlx_controller.driver import PAD, Driver, encode
+from rlx_controller.driver import PAD, Driver, encode, pack_logp
 from rlx_controller.run_config import loads_run_config
 from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
+from rlx_core.errors import Corrupt
 
 B, G = 4, 4
 
@@ -70,6 +73,33 @@ def test_without_dynamic_sampling_every_group_trains(tmp_path: Path) -> None:
     assert batch.loss_mask.shape[:2] == (B, G) and batch.loss_mask[:, :, d.P].sum() == B * G - 1
     # the INFRA sample is masked out and never scored 0: it holds its group's mean reward
     assert batch.loss_mask[1, 2].sum() == 0 and batch.rewards[1, 2] == np.float32(1 / 3)
+
+
+def test_packed_log_probs_give_the_same_batch_as_listed_ones(tmp_path: Path) -> None:
+    """New records keep the sampler log-probs as packed float32 (`logp_f32`); records written
+    before as JSON lists (`logp`). Both give the same arrays, bit for bit; a count that does not
+    match the tokens is Corrupt either way."""
+    d = _driver(tmp_path, dynamic=False)
+    listed = _payloads(d, REWARDS)
+    rng = np.random.default_rng(0)
+    for pay in listed:
+        for s in pay["samples"]:
+            s["logp"] = [float(x) for x in -rng.random(2).astype(np.float32) * 5]
+    packed = copy.deepcopy(listed)
+    for pay in packed:
+        for s in pay["samples"]:
+            s["logp_f32"] = pack_logp(s.pop("logp"))
+    a, _ = d.build_batch(0, listed)
+    b, _ = d.build_batch(0, packed)
+    assert a.sampler_logp is not None and b.sampler_logp is not None
+    assert a.sampler_logp.tobytes() == b.sampler_logp.tobytes()
+    assert np.count_nonzero(b.sampler_logp) == 2 * (B * G - 1)  # all but the INFRA sample's
+    for pays in (listed, packed):
+        broken = copy.deepcopy(pays)
+        key = "logp_f32" if "logp_f32" in broken[0]["samples"][0] else "logp"
+        broken[0]["samples"][0][key] = pack_logp([-1.0]) if key == "logp_f32" else [-1.0]
+        with pytest.raises(Corrupt, match="1 log-probs for 2 tokens"):
+            d.build_batch(0, broken)
 
 
 def test_dynamic_sampling_drops_uniform_groups_and_pads_the_short_batch(tmp_path: Path) -> None:
