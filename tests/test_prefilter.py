@@ -51,8 +51,9 @@ def test_prefilter_writes_pass_rates_a_config_can_keep(tmp_path: Path) -> None:
 
     # a config with prefilter.file trains only on prompts with 0 < pass rate < 1
     from rlx_cli.up_cmd import _load_config
+    from rlx_controller.rundir import RunPaths
 
-    cfg = _load_config(None, tmp_path / "run", [f"prefilter.file={out}"])
+    cfg = _load_config(None, RunPaths.of(tmp_path / "run"), [f"prefilter.file={out}"])
     ds = [load_dataset(d) for d in cfg.datasets]
     sources = mixture_sources(cfg, ds, load_prefilter(cfg.prefilter.file))
     kept = [r["row"] for r in records if 0 < r["pass_rate"] < 1]

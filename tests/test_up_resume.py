@@ -4,6 +4,9 @@ A small demo config runs uninterrupted; the same config runs again, a random inf
 SIGKILLed at one step (the controller restarts it and resumes from its newest snapshot), the
 controller itself is SIGKILLed at a later random step, and `rlx resume` finishes the run. The
 final params hash and the sequence of consumed prompts must equal the uninterrupted run's.
+
+The (1, 1) case keeps the killed run in S3 (moto's server on 127.0.0.1) and resumes it from a new,
+empty work directory, as on another machine after the first one was lost.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 import pytest
 
 from rlx_controller.providers.local import read_services
+from rlx_core.storage import open_storage
 
 STEPS = 6
 SMALL = [
@@ -34,10 +38,11 @@ SMALL = [
 CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
 
 
-def _up(run_dir: Path, extra: list[str]) -> subprocess.Popen[bytes]:
+def _up(run_dir: Path | str, extra: list[str], work: Path | None = None) -> subprocess.Popen[bytes]:
     sets = [x for s in SMALL + extra for x in ("--set", s)]
+    where = ["--run-dir", str(run_dir)] + ([] if work is None else ["--work-dir", str(work)])
     return subprocess.Popen(
-        [*CLI, "up", "--run-dir", str(run_dir), *sets],
+        [*CLI, "up", *where, *sets],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -80,16 +85,23 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def _summary(run_dir: Path) -> dict[str, object]:
-    return dict(json.loads((run_dir / "summary.json").read_text()))
+def _summary(run_dir: Path | str) -> dict[str, object]:
+    return dict(json.loads(open_storage(str(run_dir)).get("summary.json")))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.integration
-@pytest.mark.parametrize(("reload", "accept", "dynamic"), [(1, 1, False), (2, 4, True)])
+@pytest.mark.parametrize(
+    ("reload", "accept", "dynamic", "remote"), [(1, 1, False, True), (2, 4, True, False)]
+)
 def test_resume_after_sigkills_equals_an_uninterrupted_run(
-    tmp_path: Path, reload: int, accept: int, dynamic: bool
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    reload: int,
+    accept: int,
+    dynamic: bool,
+    remote: bool,
 ) -> None:
     extra = [f"staleness.reload={reload}", f"staleness.accept={accept}"]
     # (2, 4) also runs DAPO dynamic sampling: refills must replay exactly too
@@ -102,21 +114,37 @@ def test_resume_after_sigkills_equals_an_uninterrupted_run(
     reference = _summary(clean)
     assert reference["steps"] == STEPS and reference["heldout_before"] is not None
 
-    run = tmp_path / "killed"
-    proc = _up(run, extra)
+    if remote:  # the run's state in S3, this machine's files in a work directory
+        run: Path | str = request.getfixturevalue("new_root")("s3", "runs/killed")
+        work = tmp_path / "work-lost"
+    else:
+        run = work = tmp_path / "killed"
+    proc = _up(run, extra, work if remote else None)
     # a component dies mid-run: the controller restarts it and carries on
-    _wait_step(run, rng.randint(1, 2), proc)
-    victim = read_services(run)["inference-0"]
+    _wait_step(work, rng.randint(1, 2), proc)
+    victim = read_services(work)["inference-0"]
     os.kill(victim.pid, signal.SIGKILL)
     # then the controller itself dies, without a chance to snapshot
-    _wait_step(run, rng.randint(3, STEPS - 1), proc)
-    controller = int((run / "controller.pid").read_text())
+    _wait_step(work, rng.randint(3, STEPS - 1), proc)
+    controller = int((work / "controller.pid").read_text())
     os.kill(controller, signal.SIGKILL)
     proc.wait(timeout=60)
-    assert _steps_done(run) < STEPS
+    assert _steps_done(work) < STEPS
 
+    resume = [*CLI, "resume", str(run)]
+    if remote:
+        # the machine is gone: its services stop, and the run resumes from an empty work dir
+        down = subprocess.run(
+            [*CLI, "down", str(run), "--work-dir", str(work)],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert down.returncode == 0 and b"is down" in down.stdout, down
+        work = tmp_path / "work-new"
+        resume += ["--work-dir", str(work)]
     resumed = subprocess.run(
-        [*CLI, "resume", str(run)],
+        resume,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         timeout=240,
@@ -126,10 +154,12 @@ def test_resume_after_sigkills_equals_an_uninterrupted_run(
     assert resumed.returncode == 0, text
     assert f"finished at step {STEPS}" in text
     assert _summary(run)["params_hash"] == reference["params_hash"]
-    assert _consumed(run) == _consumed(clean)
+    assert _consumed(work) == _consumed(clean)  # a remote run's steps before the kill came from S3
+    if remote:
+        assert open_storage(str(run)).get("metrics.jsonl") == (work / "metrics.jsonl").read_bytes()
     if dynamic:  # uniform groups were dropped and refilled
         assert any(r.get("refill_prompts", 0) > 0 for r in _records(clean))
     # no service of the killed controller is left running
-    for handle in read_services(run).values():
+    for handle in read_services(work).values():
         stat = Path(f"/proc/{handle.pid}/stat")
         assert not stat.exists() or stat.read_text().split()[2] == "Z"

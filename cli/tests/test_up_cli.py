@@ -1,16 +1,20 @@
-"""`rlx up` argument handling that needs no services: where the run directory comes from."""
+"""`rlx up` / `resume` / `status` argument handling that needs no services: where the run directory
+and the work directory come from (a remote one in moto's S3 server on 127.0.0.1)."""
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
+from rlx_controller.demo import DEMO_STEPS, DEMO_TASK, demo_config, write_addition_jsonl
 from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
+from rlx_core.storage import open_storage
 
 
 def _config(tmp_path: Path, run_dir: str) -> Path:
@@ -22,8 +26,31 @@ def _config(tmp_path: Path, run_dir: str) -> Path:
     return path
 
 
-def test_remote_run_dir_is_refused_by_name_before_anything_starts(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["up", str(_config(tmp_path, "s3://bucket/runs/r1"))])
+def test_a_bad_work_dir_is_refused_by_name_before_anything_starts(tmp_path: Path) -> None:
+    config = _config(tmp_path, str(tmp_path / "run"))
+    result = CliRunner().invoke(app, ["up", str(config), "--work-dir", str(tmp_path / "w")])
     assert result.exit_code == 1
-    assert "run_dir: s3://bucket/runs/r1" in result.output and "--run-dir" in result.output
-    assert not (tmp_path / "rlx-run").exists() and not list(tmp_path.glob("*/services.json"))
+    assert f"work_dir: {tmp_path / 'w'}" in result.output
+    assert not (tmp_path / "run").exists() and not (tmp_path / "w").exists()
+
+
+def test_resume_of_a_remote_run_that_does_not_exist_names_it(
+    tmp_path: Path, new_root: Callable[[str, str], str]
+) -> None:
+    uri = new_root("s3", "runs/none")
+    result = CliRunner().invoke(app, ["resume", uri, "--work-dir", str(tmp_path / "w")])
+    assert result.exit_code == 1
+    assert f"{uri}: no config.toml" in result.output
+
+
+def test_status_of_a_remote_run_reads_its_config_and_snapshots_from_storage(
+    tmp_path: Path, new_root: Callable[[str, str], str]
+) -> None:
+    uri = new_root("s3", "runs/r1")
+    open_storage(uri).put("config.toml", _config(tmp_path, uri).read_bytes())
+    result = CliRunner().invoke(app, ["status", uri, "--work-dir", str(tmp_path / "w"), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["run"] == uri and out["work_dir"] == str(tmp_path / "w")
+    assert out["steps"] == DEMO_STEPS and out["step"] == 0 and out["last_snapshot"] is None
+    assert out["controller"] == {"pid": None, "alive": False}

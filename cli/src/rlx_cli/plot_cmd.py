@@ -30,7 +30,9 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
     not a JSON object with an integer `step`. An unterminated last line that does not parse is a
     write cut short by a kill and is skipped.
     """
-    path = run / "metrics.jsonl"
+    from rlx_controller.metrics import METRICS_FILE
+
+    path = run / METRICS_FILE
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -137,8 +139,9 @@ def _throughput(ax: Any, records: list[dict[str, Any]]) -> None:
     ax.legend(handles=handles, loc="lower right")
 
 
-def write_plot(run: Path, out: Path | None = None) -> Path:
-    """Draw the metrics of `run` into a PNG at `out` (default `run/plot.png`); return its path."""
+def write_plot(run: Path, out: Path | None = None, *, name: str = "") -> Path:
+    """Draw the metrics of `run` into a PNG at `out` (default `run/plot.png`) titled with `name`
+    (default the directory's name); return its path."""
     from matplotlib.figure import Figure
 
     records = read_metrics(run)
@@ -146,7 +149,7 @@ def write_plot(run: Path, out: Path | None = None) -> Path:
     fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, layout="constrained")
     (ax_r, ax_h), (ax_m, ax_t) = fig.subplots(2, 2, sharex=True)
     last = max((r["step"] for r in records), default=0)
-    fig.suptitle(f"rlx run {run.name}: {last} steps")
+    fig.suptitle(f"rlx run {name or run.name}: {last} steps")
     _reward(ax_r, records)
     _heldout(ax_h, records)
     _mismatch(ax_m, records)
@@ -159,14 +162,33 @@ def write_plot(run: Path, out: Path | None = None) -> Path:
 
 
 def plot(
-    run: Path = typer.Argument(..., help="The run directory (holds metrics.jsonl)."),
-    out: Path | None = typer.Option(None, "--out", help="Where to write the PNG [RUN/plot.png]."),
+    run: str = typer.Argument(
+        ..., help="The run directory (holds metrics.jsonl): a path, s3:// or gs:// URI."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Where to write the PNG [RUN/plot.png; ./plot.png for a remote RUN]."
+    ),
 ) -> None:
-    """Plot reward, held-out accuracy, mismatch and throughput per step as a PNG; print its path."""
+    """Plot reward, held-out accuracy, mismatch and throughput per step as a PNG; print its path.
+
+    A remote RUN is plotted from the metrics uploaded with its newest snapshot."""
+    import tempfile
+
+    from rlx_controller.metrics import METRICS_FILE
+    from rlx_controller.rundir import is_remote
     from rlx_core.errors import RlxError
+    from rlx_core.storage import open_storage
 
     try:
-        path = write_plot(run.resolve(), out.resolve() if out is not None else None)
+        if not is_remote(run):
+            path = write_plot(Path(run).resolve(), out.resolve() if out is not None else None)
+        else:
+            storage = open_storage(run)
+            with tempfile.TemporaryDirectory(prefix="rlx-plot-") as tmp:
+                if storage.exists(METRICS_FILE):
+                    storage.get_file(METRICS_FILE, Path(tmp) / METRICS_FILE)
+                where = (out or Path(PLOT_FILE)).resolve()
+                path = write_plot(Path(tmp), where, name=storage.uri)
     except RlxError as e:
         typer.echo(f"rlx: {e}", err=True)
         raise typer.Exit(1) from None

@@ -40,14 +40,14 @@ def prefilter(
     A run config then keeps only prompts of partial success with
     `prefilter.file = "<out>"`, `prefilter.min_pass_rate`, `prefilter.max_pass_rate`.
     """
-    from rlx_cli.up_cmd import _load_config
+    from rlx_cli.up_cmd import _load_config, _paths
     from rlx_controller.driver import Driver
 
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     out = out or str(run_dir / "prefilter.jsonl")
     try:
-        cfg = _load_config(config, run_dir, overrides)
+        cfg = _load_config(config, _paths(run_dir, None), overrides)
         # the pre-filter being computed must not filter the datasets it reads
         cfg = dataclasses.replace(cfg, prefilter=dataclasses.replace(cfg.prefilter, file=""))
         driver = Driver(cfg, run_dir, log=lambda m: print(m, file=sys.stderr, flush=True))

@@ -2,9 +2,13 @@
 
 rlx up                                  # the built-in demo (2-digit addition), run dir ./rlx-run
 rlx up CONFIG.toml --run-dir DIR --set steps=50
-rlx resume DIR                          # continue from the newest snapshot that verifies
-rlx status DIR [--json]                 # from another terminal: components, versions, ETA
-rlx down DIR                            # SIGTERM the controller (it snapshots), stop services
+rlx up CONFIG.toml --run-dir s3://bucket/runs/r1 [--work-dir DIR]
+rlx resume RUN                          # continue from the newest snapshot that verifies
+rlx status RUN [--json]                 # from another terminal: components, versions, ETA
+rlx down RUN                            # SIGTERM the controller (it snapshots), stop services
+
+RUN is the run directory: a path, or an s3:// / gs:// URI whose machine-local files (logs, pid
+files, token) live in a work directory (rlx_controller.rundir).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -24,6 +28,9 @@ from rich.live import Live
 from rich.table import Table
 
 from rlx_core.errors import NotFound, RlxError
+
+if TYPE_CHECKING:
+    from rlx_controller.rundir import RunPaths
 
 __all__ = ["register"]
 
@@ -33,22 +40,35 @@ STATUS_TIMEOUT_S = 3.0  # per inference worker asked by `rlx status`
 ETA_WINDOW = 20  # steps whose median time sets the ETA
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"rlx: {message}", err=True)
     raise typer.Exit(1)
 
 
-def _load_config(config: str | None, run_dir: Path, overrides: list[str]) -> Any:
+def _paths(run_dir: str | Path, work_dir: Path | None) -> RunPaths:
+    """RunPaths of a run directory (path or URI) and optional work directory; exits on a bad one."""
+    from rlx_controller.rundir import RunPaths
+
+    try:
+        return RunPaths.of(run_dir, work_dir)
+    except RlxError as e:
+        _fail(str(e))
+
+
+def _load_config(config: str | None, paths: RunPaths, overrides: list[str]) -> Any:
     from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
     from rlx_controller.run_config import load_run_config, loads_run_config
     from rlx_controller.services import base_model_dir
     from rlx_core.config import to_toml
+    from rlx_core.storage import join_uri
 
-    sets = [f"run_dir={run_dir}", *overrides]
+    sets = [f"run_dir={paths.uri}", *overrides]
     if config is None:
-        data = run_dir / "data"
-        write_addition_jsonl(data, DEMO_TASK)
-        base = demo_config(str(run_dir), data, base_model_dir())
+        train, heldout = write_addition_jsonl(paths.work / "data", DEMO_TASK)
+        if paths.remote:  # the data goes with the run, so a resume elsewhere finds it
+            for local in (train, heldout):
+                paths.storage.put_file(f"data/{local.name}", local)
+        base = demo_config(paths.uri, join_uri(paths.uri, "data"), base_model_dir())
         return loads_run_config(to_toml(base, comments=False), overrides=sets)
     return load_run_config(config, overrides=tuple(sets))
 
@@ -80,12 +100,13 @@ def _view(progress: Any) -> Table:
     return table
 
 
-def _drive(cfg: Any, run_dir: Path, resume: bool) -> None:
+def _drive(cfg: Any, paths: RunPaths, resume: bool) -> None:
     from rlx_controller.driver import Driver, Progress
 
     progress = Progress(steps=cfg.steps)
     live_ok = sys.stderr.isatty()
-    log_file = open(run_dir / "controller.log", "a")  # noqa: SIM115
+    paths.work.mkdir(parents=True, exist_ok=True)
+    log_file = open(paths.work / "controller.log", "a")  # noqa: SIM115
 
     def log(message: str) -> None:
         log_file.write(f"{time.strftime('%H:%M:%S')} {message}\n")
@@ -93,9 +114,11 @@ def _drive(cfg: Any, run_dir: Path, resume: bool) -> None:
         if not live_ok:
             console.print(message)
 
-    (run_dir / "controller.pid").write_text(str(os.getpid()))
+    (paths.work / "controller.pid").write_text(str(os.getpid()))
+    if paths.remote:
+        log(f"run dir {paths.uri}; this machine's files in {paths.work}")
     try:
-        driver = Driver(cfg, run_dir, progress=progress, log=log)
+        driver = Driver(cfg, paths.uri, work_dir=paths.work, progress=progress, log=log)
         if live_ok:
             with Live(_view(progress), console=console, refresh_per_second=2) as live:
                 import threading
@@ -120,21 +143,33 @@ def _drive(cfg: Any, run_dir: Path, resume: bool) -> None:
         _fail(f"{type(e).__name__}: {e}")
     finally:
         log_file.close()
-    _finish(summary, run_dir)
+    _finish(summary, paths)
 
 
-def _finish(summary: Any, run_dir: Path) -> None:
+def _resume_command(paths: RunPaths) -> str:
+    from rlx_controller.rundir import default_work_dir
+
+    if paths.remote and paths.work != default_work_dir(paths.uri):
+        return f"rlx resume {paths.uri} --work-dir {paths.work}"
+    return f"rlx resume {paths.uri}"
+
+
+def _finish(summary: Any, paths: RunPaths) -> None:
     """Write the run's plot and print the final summary (stdout, one item per line)."""
-    from rlx_cli.plot_cmd import write_plot
+    from rlx_cli.plot_cmd import PLOT_FILE, write_plot
 
     try:
-        plot: str = str(write_plot(run_dir))
+        plot: str = str(write_plot(paths.work, name=paths.uri if paths.remote else ""))
+        if paths.remote:
+            paths.storage.put_file(PLOT_FILE, plot)
+            plot = f"{plot} (and {paths.storage.key_uri(PLOT_FILE)})"
     except (RlxError, OSError) as e:  # a run stopped before its first step has nothing to plot
         plot = f"none ({e})"
     fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     state = "stopped" if summary.stopped else "finished"
     before, after = fmt(summary.heldout_before), fmt(summary.heldout_after)
-    more = f"  continue with: rlx resume {run_dir}\n" if summary.stopped else ""
+    more = f"  continue with: {_resume_command(paths)}\n" if summary.stopped else ""
+    work = f"  work dir           {paths.work}\n" if paths.remote else ""
     typer.echo(
         f"rlx: {state} at step {summary.steps}; held-out accuracy {before} -> {after}\n"
         f"  steps              {summary.steps}\n"
@@ -142,65 +177,72 @@ def _finish(summary: Any, run_dir: Path) -> None:
         f"({summary.train_s_per_step:.3f} s per train step, median)\n"
         f"  params hash        {summary.params_hash}\n"
         f"  plot               {plot}\n"
-        f"  run dir            {run_dir}\n{more}",
+        f"  run dir            {paths.uri}\n{work}{more}",
         nl=False,
     )
 
 
-def _local_run_dir(uri: str) -> Path:
-    """The local directory of a run_dir value; remote run directories are refused by name."""
-    scheme = uri.split("://", 1)[0] if "://" in uri else ""
-    if scheme in ("s3", "gs"):
-        _fail(
-            f"run_dir: {uri}: `rlx up` keeps a run on this machine's disk (its services, logs and "
-            "pid files live there); give a local directory with --run-dir"
-        )
-    return Path(uri.removeprefix("file://"))
+RUN_HELP = "The run directory: a path, or s3://bucket/prefix, gs://bucket/prefix."
+WORK_DIR_HELP = (
+    "This machine's files of a remote run (logs, pid files, token); default "
+    "~/.cache/rlx/runs/<scheme>/<bucket>/<prefix>. A local run directory is its own."
+)
 
 
 def up(
     config: str | None = typer.Argument(None, help="Run config TOML; none = the built-in demo."),
-    run_dir: Path | None = typer.Option(
+    run_dir: str | None = typer.Option(
         None,
         "--run-dir",
-        help="Where the run keeps state (a local directory); default: the config's run_dir, "
-        "./rlx-run for the demo.",
+        help="Where the run keeps its state: a path, s3://bucket/prefix or gs://bucket/prefix; "
+        "default: the config's run_dir, ./rlx-run for the demo.",
     ),
+    work_dir: Path | None = typer.Option(None, "--work-dir", help=WORK_DIR_HELP),
     overrides: list[str] = typer.Option([], "--set", help="KEY=VALUE override of the config."),
 ) -> None:
     """Start every service locally and train (the built-in demo without CONFIG)."""
+    from rlx_controller.rundir import CONFIG_FILE
+    from rlx_core.config import to_toml
+
     if run_dir is None and config is not None:
         from rlx_controller.run_config import load_run_config
 
         try:
-            run_dir = _local_run_dir(load_run_config(config, overrides=tuple(overrides)).run_dir)
+            run_dir = load_run_config(config, overrides=tuple(overrides)).run_dir
         except RlxError as e:
             _fail(f"{type(e).__name__}: {e}")
-    run_dir = (run_dir or Path("rlx-run")).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    paths = _paths(run_dir or "rlx-run", work_dir)
     try:
-        cfg = _load_config(config, run_dir, overrides)
+        paths.work.mkdir(parents=True, exist_ok=True)
+        cfg = _load_config(config, paths, overrides)
+        paths.storage.put(CONFIG_FILE, to_toml(cfg, comments=False).encode())
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
-    from rlx_core.config import to_toml
-
-    (run_dir / "config.toml").write_text(to_toml(cfg, comments=False))
-    _drive(cfg, run_dir, resume=False)
+    _drive(cfg, paths, resume=False)
 
 
-def resume(run: Path = typer.Argument(..., help="The run directory.")) -> None:
-    """Continue RUN from its newest snapshot that verifies."""
-    from rlx_controller.run_config import load_run_config
+def _run_config(paths: RunPaths) -> Any:
+    """The config `rlx up` saved in the run directory; exits naming what is missing."""
+    from rlx_controller.run_config import loads_run_config
+    from rlx_controller.rundir import CONFIG_FILE
 
-    run = run.resolve()
-    path = run / "config.toml"
-    if not path.exists():
-        _fail(f"{run}: no config.toml (not a run directory of `rlx up`)")
     try:
-        cfg = load_run_config(path)
+        if not paths.storage.exists(CONFIG_FILE):
+            _fail(f"{paths.uri}: no {CONFIG_FILE} (not a run directory of `rlx up`)")
+        return loads_run_config(paths.storage.get(CONFIG_FILE).decode())
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
-    _drive(cfg, run, resume=True)
+
+
+def resume(
+    run: str = typer.Argument(..., help=RUN_HELP),
+    work_dir: Path | None = typer.Option(None, "--work-dir", help=WORK_DIR_HELP),
+) -> None:
+    """Continue RUN from its newest snapshot that verifies (a remote RUN on any machine: an
+    empty work directory loses nothing)."""
+    paths = _paths(run, work_dir)
+    cfg = _run_config(paths)
+    _drive(cfg, paths, resume=True)
 
 
 def _controller_pid(run: Path) -> int | None:
@@ -246,20 +288,23 @@ def _eta(records: list[dict[str, Any]], steps: int | None) -> dict[str, Any]:
     return {"s_per_step": median, "eta_s": left}
 
 
-def run_status(run: Path) -> dict[str, Any]:
-    """Everything `rlx status RUN` shows, as plain data (the `--json` output)."""
+def run_status(paths: RunPaths) -> dict[str, Any]:
+    """Everything `rlx status RUN` shows, as plain data (the `--json` output): the services and
+    live metrics from the work directory, the config and snapshots from the run directory."""
     import tomllib
 
     from rlx_cli.plot_cmd import read_metrics
     from rlx_controller.providers.local import read_services, runs_service
+    from rlx_controller.rundir import CONFIG_FILE
     from rlx_controller.snapshot import SnapshotStore
-    from rlx_core.storage import open_storage
 
-    if not run.is_dir():
-        raise NotFound(f"{run}: no such run directory")
+    run = paths.work
+    if not run.is_dir() and not (paths.remote and paths.storage.exists(CONFIG_FILE)):
+        where = f"{paths.uri} (work dir {run})" if paths.remote else str(run)
+        raise NotFound(f"{where}: no such run directory")
     steps: int | None = None
-    with contextlib.suppress(OSError, tomllib.TOMLDecodeError):
-        steps = tomllib.loads((run / "config.toml").read_text()).get("steps")
+    with contextlib.suppress(RlxError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        steps = tomllib.loads(paths.storage.get(CONFIG_FILE).decode()).get("steps")
     services: dict[str, Any] = {}
     workers: dict[str, Any] = {}
     for name, h in sorted(read_services(run).items()):
@@ -291,11 +336,12 @@ def run_status(run: Path) -> dict[str, Any]:
     heldout = {
         str(r["step"]): r["heldout"] for r in records if isinstance(r.get("heldout"), (int, float))
     }
-    snap = SnapshotStore(open_storage(str(run))).latest()
+    snap = SnapshotStore(paths.storage).latest()
     pid = _controller_pid(run)
     last = trained[-1] if trained else {}
     return {
-        "run": str(run),
+        "run": paths.uri,
+        "work_dir": str(run),
         "controller": {"pid": pid, "alive": pid is not None},
         "services": services,
         "workers": workers,
@@ -325,13 +371,14 @@ def _hms(seconds: float | None) -> str:
 
 
 def status(
-    run: Path = typer.Argument(..., help="The run directory."),
+    run: str = typer.Argument(..., help=RUN_HELP),
+    work_dir: Path | None = typer.Option(None, "--work-dir", help=WORK_DIR_HELP),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead."),
 ) -> None:
     """Components, loaded version per inference worker, step and ETA, staleness histogram and
     last snapshot of RUN (from any terminal; dead components are shown, not errors)."""
     try:
-        out = run_status(run.resolve())
+        out = run_status(_paths(run, work_dir))
     except RlxError as e:
         _fail(str(e))
     if json_output:
@@ -394,7 +441,8 @@ def _stop_services(run: Path, grace_s: float) -> list[str]:
 
 
 def down(
-    run: Path = typer.Argument(..., help="The run directory."),
+    run: str = typer.Argument(..., help=RUN_HELP),
+    work_dir: Path | None = typer.Option(None, "--work-dir", help=WORK_DIR_HELP),
     timeout_s: float = typer.Option(
         120.0, "--timeout", help="Seconds to wait for the controller's snapshot before SIGKILL."
     ),
@@ -403,10 +451,14 @@ def down(
     any service still running. Safe to repeat; `rlx resume RUN` continues the run."""
     from rlx_controller.providers.local import process_alive
 
-    run = run.resolve()
-    if not run.is_dir():
-        _fail(f"{run}: no such run directory")
-    pid = _controller_pid(run)
+    paths = _paths(run, work_dir)
+    work = paths.work
+    if not work.is_dir():
+        _fail(
+            f"{work}: no such run directory"
+            + (f" (work dir of {paths.uri})" if paths.remote else "")
+        )
+    pid = _controller_pid(work)
     if pid is not None:
         typer.echo(
             f"rlx: stopping the controller (pid {pid}); it writes a snapshot first", err=True
@@ -424,12 +476,12 @@ def down(
         if process_alive(pid):
             typer.echo(f"rlx: controller still running after {timeout_s:.0f} s: SIGKILL", err=True)
             os.kill(pid, signal.SIGKILL)
-    stopped = _stop_services(run, grace_s=10.0)
+    stopped = _stop_services(work, grace_s=10.0)
     if pid is None and not stopped:
-        typer.echo(f"rlx: {run} is already down")
+        typer.echo(f"rlx: {paths.uri} is already down")
         return
     left = f"; services stopped here: {', '.join(stopped)}" if stopped else ""
-    typer.echo(f"rlx: {run} is down{left}")
+    typer.echo(f"rlx: {paths.uri} is down{left}")
 
 
 def register(app: typer.Typer) -> None:

@@ -14,14 +14,17 @@ the first `heldout` positions are held out.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlx_controller.rng import KeyedPermutation
 from rlx_controller.run_config import RunConfig, loads_run_config
+from rlx_core.storage import join_uri
 
 __all__ = [
+    "DEMO_STEPS",
     "DEMO_TASK",
     "AdditionTask",
     "addition_answer_correct",
@@ -125,8 +128,9 @@ def demo_config(run_dir: str, data_dir: str | Path, base_model: str | Path) -> R
     """The built-in demo's run config (`rlx up` without a config): the addition task's JSONL
     files in `data_dir` (written by `write_addition_jsonl(data_dir, DEMO_TASK)`), the SFT base
     model directory `base_model` (tools/demo/base_model), GRPO without KL, B 32, G 8,
-    (j, k) = (1, 1)."""
-    data_dir = Path(data_dir)
+    (j, k) = (1, 1). `data_dir` may be a URI (s3://, gs://) holding those files."""
+    train = join_uri(os.fspath(data_dir), "train.jsonl")
+    heldout = join_uri(os.fspath(data_dir), "heldout.jsonl")
     text = f"""
 run_dir = {json.dumps(run_dir)}
 seed = 0
@@ -139,7 +143,7 @@ path = {json.dumps(str(base_model))}
 
 [[datasets]]
 name = "addition"
-path = {json.dumps(str(data_dir / "train.jsonl"))}
+path = {json.dumps(train)}
 math_extractor = "last_number"
 
 [algorithm]
@@ -175,7 +179,7 @@ every = 50
 
 [[eval.datasets]]
 name = "addition-heldout"
-path = {json.dumps(str(data_dir / "heldout.jsonl"))}
+path = {json.dumps(heldout)}
 math_extractor = "last_number"
 """
     return loads_run_config(text)

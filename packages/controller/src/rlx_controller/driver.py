@@ -1,6 +1,6 @@
 """The controller's loop (DESIGN §2-§4): start the services, train batch after batch, resume.
 
-    driver = Driver(cfg, run_dir)
+    driver = Driver(cfg, run_dir)           # a path, or s3:// / gs:// with a local work_dir
     summary = driver.run(resume=False)      # `rlx up`; resume=True: `rlx resume`
 
 For b = step, step + 1, ...: the schedule's work units of every batch whose version exists are
@@ -40,11 +40,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilter, mixture_sources
-from rlx_controller.metrics import MetricsWriter
+from rlx_controller.metrics import METRICS_FILE, MetricsWriter
 from rlx_controller.mixture import PromptMixture
 from rlx_controller.rng import sample_seed
 from rlx_controller.rollout_log import RolloutLog
 from rlx_controller.run_config import RunConfig, config_hash
+from rlx_controller.rundir import RUN_INFO, SUMMARY_FILE, RunPaths
 from rlx_controller.schedule import (
     GroupRef,
     Schedule,
@@ -295,20 +296,25 @@ class Driver:
         cfg: RunConfig,
         run_dir: str | Path,
         *,
+        work_dir: str | Path | None = None,
         progress: Progress | None = None,
         log: Callable[[str], None] = print,
         component_deadline_s: float = 60.0,
         max_recoveries: int = 5,
     ) -> None:
         self.cfg = cfg
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # durable state at the run directory (a path or s3:// / gs://), this machine's processes
+        # in the work directory (the same directory for a local run): rlx_controller.rundir
+        self.paths = RunPaths.of(run_dir, work_dir)
+        self.run_dir = self.paths.uri
+        self.work_dir = self.paths.work
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         self.progress = progress or Progress(steps=cfg.steps)
         self.progress.steps = cfg.steps
         self._log = log
         self.deadline_s = component_deadline_s
         self.max_recoveries = max_recoveries
-        self.storage = open_storage(str(self.run_dir))
+        self.storage = self.paths.storage
         self.rollouts = RolloutLog(self.storage)
         self.snapshots = SnapshotStore(self.storage, keep=cfg.snapshots.keep)
         self.hash = config_hash(cfg)
@@ -342,15 +348,15 @@ class Driver:
 
     def _metrics_line(self, record: dict[str, Any]) -> None:
         if self.metrics is None:
-            self.metrics = MetricsWriter(self.run_dir)
+            self.metrics = MetricsWriter(self.work_dir)
         self.metrics.write(record)
 
     # --- services ---------------------------------------------------------------------------
     def _start_services(self) -> None:
-        token = self.run_dir / "token"
+        token = self.work_dir / "token"
         create_token_file(token)  # a fresh token for every start
-        kill_stale_services(self.run_dir, self.log)
-        self.services = RunServices(self.cfg, self.run_dir, token)
+        kill_stale_services(self.work_dir, self.log)
+        self.services = RunServices(self.cfg, self.paths, token)
         self.progress.phase = "starting services"
         shown: dict[str, float] = {}
 
@@ -794,7 +800,12 @@ class Driver:
             "created_unix": time.time(),
         }
 
+        # a remote run's metrics go with its snapshots, so a resume elsewhere keeps its history
+        metrics = self._metrics_bytes() if self.paths.remote else None
+
         def write() -> None:
+            if metrics is not None:
+                self.storage.put(METRICS_FILE, metrics)
             self.snapshots.write(Snapshot(**fields, params_hash=self._params_hash(step)))
             self.progress.components["snapshot"] = f"step {step} ({reason})"
 
@@ -804,6 +815,20 @@ class Driver:
         if self._snapshot_thread is None:
             self._snapshot_thread = ThreadPoolExecutor(1, thread_name_prefix="snapshot")
         self._pending_snapshot = self._snapshot_thread.submit(write)
+
+    def _metrics_bytes(self) -> bytes | None:
+        """The work directory's metrics.jsonl as it is now (None before the first record)."""
+        try:
+            return (self.work_dir / METRICS_FILE).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _fetch_metrics(self) -> None:
+        """A resumed remote run continues the metrics uploaded with its snapshots. They hold
+        every step up to the newest snapshot, and the steps after it are trained (and written)
+        again, so they replace whatever this work directory holds (which may be an older copy)."""
+        if self.paths.remote and self.storage.exists(METRICS_FILE):
+            self.storage.get_file(METRICS_FILE, self.work_dir / METRICS_FILE)
 
     def _wait_snapshot(self) -> None:
         """Wait for the snapshot being written in the background, if any; raise its error."""
@@ -826,9 +851,8 @@ class Driver:
     def run(self, *, resume: bool) -> RunSummary:
         """Train to cfg.steps (fresh, or from the newest snapshot); stop services at the end."""
         start = time.monotonic()
-        info_path = self.run_dir / "run.json"
-        if resume and info_path.exists():
-            info = json.loads(info_path.read_text())
+        if resume and self.storage.exists(RUN_INFO):
+            info = json.loads(self.storage.get(RUN_INFO))
             if info["config_hash"] != self.hash:
                 raise RlxError(f"{self.run_dir}: the config differs from the run's (hash)")
             self.run_id = info["run_id"]
@@ -838,14 +862,19 @@ class Driver:
                     f"{self.run_dir} already holds a run: `rlx resume {self.run_dir}` continues it"
                 )
             self.run_id = uuid.uuid4().hex[:12]
-            info_path.write_text(json.dumps({"run_id": self.run_id, "config_hash": self.hash}))
+            info = {"run_id": self.run_id, "config_hash": self.hash}
+            self.storage.put(RUN_INFO, json.dumps(info).encode())
+        if resume:
+            self._fetch_metrics()
         old_handlers = self._install_signals()
         try:
             with _interpreter_tuned():
                 self._start_services()
                 result = self._run_recovering()
             result.wall_s = time.monotonic() - start
-            (self.run_dir / "summary.json").write_text(json.dumps(result.to_dict(), indent=1))
+            if self.paths.remote and (metrics := self._metrics_bytes()) is not None:
+                self.storage.put(METRICS_FILE, metrics)
+            self.storage.put(SUMMARY_FILE, json.dumps(result.to_dict(), indent=1).encode())
             return result
         finally:
             if self._snapshot_thread is not None:

@@ -23,6 +23,8 @@ from rlx_controller.providers.local import (
     runs_service,
 )
 from rlx_controller.run_config import RunConfig
+from rlx_controller.rundir import RunPaths
+from rlx_core.storage import join_uri
 
 __all__ = ["RunServices", "base_model_dir", "engine_context", "kill_stale_services"]
 
@@ -84,12 +86,12 @@ def kill_stale_services(run_dir: Path, log: Callable[[str], None] = print) -> li
 class RunServices:
     """Starts and restarts the services of one local run."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, token_file: Path) -> None:
+    def __init__(self, cfg: RunConfig, paths: RunPaths, token_file: Path) -> None:
         self.cfg = cfg
-        self.run_dir = run_dir
+        self.paths = paths
         self.token_file = token_file
-        self.provider = LocalProvider(run_dir, token_file)
-        self.conf_dir = run_dir / "services"
+        self.provider = LocalProvider(paths.work, token_file)
+        self.conf_dir = paths.work / "services"
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         svc = cfg.services
         self.paramservers = [f"paramserver-{i}" for i in range(svc.paramserver_replicas)]
@@ -136,8 +138,10 @@ class RunServices:
             "objective": objective,
             "update": update,
             "checkpoint": {
-                "uri": str(self.run_dir / "checkpoints"),
+                "uri": join_uri(self.paths.uri, "checkpoints"),
                 "keep": cfg.snapshots.checkpoint_keep,
+                # used by s3:// only (Orbax writes there first, then it is uploaded)
+                "staging_dir": str(self.paths.work / "checkpoint-staging"),
             },
             "paramserver": {"addresses": ps, "token_file": str(self.token_file)},
         }

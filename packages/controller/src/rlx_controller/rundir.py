@@ -1,0 +1,85 @@
+"""Where a run keeps its state: the run directory (durable, a path or an s3:// / gs:// URI) and the
+work directory (this machine's disk).
+
+The run directory holds everything resume needs and nothing tied to one machine: `config.toml`,
+`run.json`, `snapshots/`, `rollouts/`, `checkpoints/`, `metrics.jsonl` (uploaded with every
+snapshot), `summary.json` and `plot.png`. The work directory holds what belongs to the processes
+running here: the token, `services.json`, service configs and logs, `controller.pid`,
+`controller.log`, the live `metrics.jsonl` and the TensorBoard files.
+
+For a local run directory both are the same directory. For a remote one the work directory is
+`--work-dir`, by default `$XDG_CACHE_HOME/rlx/runs/<scheme>/<bucket>/<prefix>` (`~/.cache/...`), so
+`rlx resume s3://b/p` on a fresh machine starts from an empty work directory and loses nothing.
+
+    paths = RunPaths.of("s3://bucket/runs/r1")  # work dir defaulted
+    paths.storage.get("config.toml"); paths.work / "token"
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlx_core.errors import InvalidArgument
+from rlx_core.storage import Storage, open_storage
+
+__all__ = ["CONFIG_FILE", "RUN_INFO", "SUMMARY_FILE", "RunPaths", "default_work_dir", "is_remote"]
+
+CONFIG_FILE = "config.toml"  # the run's config as `rlx up` resolved it (`rlx resume` reads it)
+RUN_INFO = "run.json"  # run id and config hash
+SUMMARY_FILE = "summary.json"  # the last `rlx up` / `rlx resume`'s summary
+
+_REMOTE = re.compile(r"^(s3|gs)://", re.IGNORECASE)
+
+
+def is_remote(uri: str | os.PathLike[str]) -> bool:
+    """True for s3:// and gs:// URIs (a plain path or file:// is local)."""
+    return bool(_REMOTE.match(os.fspath(uri)))
+
+
+def default_work_dir(uri: str) -> Path:
+    """The work directory of a run directory: the directory itself when it is local, else a
+    directory under the user's cache named after the URI."""
+    storage = open_storage(uri)
+    if not is_remote(storage.uri):
+        return Path(storage.uri)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    scheme, rest = storage.uri.split("://", 1)
+    parts = [p for p in rest.split("/") if p]
+    return Path(cache, "rlx", "runs", scheme, *parts)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The run directory's normalised URI and storage, and the local work directory."""
+
+    uri: str  # an absolute local path, or s3://bucket/prefix, gs://bucket/prefix
+    storage: Storage
+    work: Path
+
+    @property
+    def remote(self) -> bool:
+        return is_remote(self.uri)
+
+    @classmethod
+    def of(
+        cls, run_dir: str | os.PathLike[str], work_dir: str | os.PathLike[str] | None = None
+    ) -> RunPaths:
+        """RunPaths of a run directory; `work_dir` only matters for a remote one (a local run
+        directory is its own work directory, and a different `work_dir` is refused)."""
+        storage = open_storage(os.fspath(run_dir))
+        if not is_remote(storage.uri):
+            work = Path(storage.uri)
+            if work_dir is not None and Path(work_dir).resolve() != work:
+                raise InvalidArgument(
+                    f"work_dir: {work_dir}: a local run directory ({work}) is its own work "
+                    "directory; --work-dir is for s3:// and gs:// run directories",
+                    field="work_dir",
+                )
+        else:
+            work = (
+                Path(work_dir).resolve() if work_dir is not None else default_work_dir(storage.uri)
+            )
+        return cls(uri=storage.uri, storage=storage, work=work)
