@@ -147,7 +147,7 @@ def test_store_corruption_is_caught_by_the_client(server: Running, transport: st
         stored = server.service.get(7)
         # flip the stored values of one row behind the server's back (bit rot in the store)
         bad = (data["embed"][10:11].astype(np.float32) + 1).astype(ml_dtypes.bfloat16)
-        stored.arrays["embed"][10:11].write(bad).result()
+        stored.array("embed")[10:11].write(bad).result()
         with pytest.raises(Corrupt, match="'embed': checksum differs"):
             client.pull(7)
         _, out = client.pull(7, names=["layers/0/norm"])  # untouched tensors still pull fine

@@ -15,7 +15,7 @@ from rlx_core.config import from_dict
 from rlx_core.errors import AlreadyExists, ConfigError, InvalidArgument, NotFound, ResourceExhausted
 from rlx_paramserver import ParamServerConfig, ParamServerService
 from rlx_paramserver.service import TensorDecl
-from rlx_paramserver.store import chunk_shape_for
+from rlx_paramserver.store import Version, _runs_of_bytes, chunk_shape_for
 
 
 def make(**config: object) -> ParamServerService:
@@ -87,6 +87,32 @@ def test_round_trip_keeps_dtype_bytes_and_manifest() -> None:
     assert meta.dtype.name == "bfloat16" and meta.nbytes == 50 * 30 * 2
     assert stored.metas["empty"].sha256 == hashlib.sha256(b"").hexdigest()
     assert stored.nbytes == sum(a.nbytes for a in data.values())
+
+
+def test_chunks_stored_straight_are_the_chunks_tensorstore_writes() -> None:
+    """Chunks that are runs of bytes skip the TensorStore array on push (and the read-back for
+    their CRC); they must be byte for byte what the array itself stores, edge chunks padded,
+    and read back through the array as the tensor."""
+    service = make(chunk_kib=1)  # (50, 30) bf16 -> chunks of 17, 17 and 16 (padded) rows
+    data = tensors(1)
+    push(service, 0, data, piece=333)
+    stored = service.get(0)
+    metas = list(stored.metas.values())
+    reference = Version(1, metas)  # in memory, written through TensorStore only
+    for name, array in data.items():
+        meta = stored.metas[name]
+        assert _runs_of_bytes(meta), name
+        if array.size:
+            reference.array(name).write(array).result()
+        assert np.array_equal(stored.array(name).read().result(), array), name
+        for index in stored.chunks_of(name):
+            raw = stored._read_raw(name, index)
+            assert raw == reference._read_raw(name, index), (name, index)
+            linear = int(np.ravel_multi_index(index, meta.grid)) if index else 0
+            assert meta.chunk_crc32c[linear] == google_crc32c.value(raw)
+    assert stored.metas["layers/0/w"].grid == (3, 1)
+    push(service, 2, {"w": np.arange(64 * 64, dtype=np.float32).reshape(64, 64)}, axes={"w": 1})
+    assert not _runs_of_bytes(service.get(2).metas["w"])  # column chunks: through the array
 
 
 def test_chunks_split_only_the_shard_axis() -> None:

@@ -185,6 +185,7 @@ class PushSession:
                 + ", ".join(missing[:10])
                 + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
             )
+        self.version.settle()  # every chunk stored before the version counts
         self._closed = True
         self._service._staged_complete(self.version)
         return self.version.nbytes

@@ -12,21 +12,31 @@ sharded, with chunks of about `chunk_bytes` (DESIGN §10: ~8 MiB chunks read at 
 chunk is slow). Every chunk's CRC32C is recorded when its tensor is complete and checked on every
 read. Reads go through the kvstore one chunk key at a time, so the bytes read are counted exactly
 and a slice reads only the chunks it overlaps.
+
+A tensor chunked along axis 0 (the usual case, and every scalar) has chunks that are runs of its
+C-order bytes, which is exactly what the zarr3 `bytes` codec stores. Those are written straight to
+the kvstore under their chunk keys, their CRC32C taken from the bytes in hand; other tensors go
+through their TensorStore array, and their chunks are read back once for the CRC. Arrays (and
+their `zarr.json`) are opened on first use only: for a small model, opening 14 arrays and reading
+every chunk back cost more than the writes themselves.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import math
 import os
 import shutil
+import sys
 import threading
 import time
 import uuid
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import google_crc32c
 import numpy as np
@@ -37,6 +47,7 @@ from rlx_core.rpc import dtype_from_name
 
 __all__ = ["PAGE", "TensorMeta", "TensorWriter", "Version", "chunk_key", "chunk_shape_for"]
 
+MAX_PENDING_BYTES = 64 << 20  # chunk writes in flight per version being pushed
 PAGE = 4096  # row-run chunks of 1 MiB or more are a whole number of pages (see chunk_shape_for)
 _ROUND_FROM = 1 << 20
 
@@ -134,17 +145,12 @@ class Version:
             self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
             kvstore = {"driver": "file", "path": self.dir + "/"}
         self._kv = ts.KvStore.open(kvstore, context=self._context).result()
+        self._kvstore = kvstore
         self._paths = {m.name: f"{i}/" for i, m in enumerate(metas)}
         self.metas: dict[str, TensorMeta] = {m.name: m for m in metas}
-        opening = {
-            m.name: ts.open(
-                _spec(m, {**kvstore, "path": kvstore.get("path", "") + self._paths[m.name]}),
-                create=True,
-                context=self._context,
-            )
-            for m in metas
-        }
-        self.arrays: dict[str, ts.TensorStore] = {n: f.result() for n, f in opening.items()}
+        self._arrays: dict[str, ts.TensorStore] = {}
+        self._pending: collections.deque[tuple[ts.Future[Any], int]] = collections.deque()
+        self._pending_bytes = 0
         self.nbytes = sum(m.nbytes for m in metas)
         self._lock = threading.Lock()
         self.bytes_read = 0
@@ -153,12 +159,53 @@ class Version:
         """Where tensor `name`'s chunks are, relative to the version's directory."""
         return self._paths[name]
 
-    def finish(self, name: str, sha256: str, crc32c: int) -> None:
-        """Record the checksums of a fully written tensor in the manifest, and each chunk's."""
+    def array(self, name: str) -> ts.TensorStore:
+        """Tensor `name` as a TensorStore zarr3 array (opened, with its metadata written, on
+        first use; chunks already written straight to the kvstore are its chunks)."""
+        with self._lock:
+            array = self._arrays.get(name)
+        if array is None:
+            kvstore = {**self._kvstore, "path": self._kvstore.get("path", "") + self._paths[name]}
+            array = ts.open(
+                _spec(self.metas[name], kvstore), create=True, context=self._context
+            ).result()
+            with self._lock:
+                array = self._arrays.setdefault(name, array)
+        return array
+
+    def write_chunk(self, name: str, index: tuple[int, ...], data: bytes) -> None:
+        """Store one chunk's encoded bytes (C order, little endian, edge chunks padded). The
+        write goes on in the background, with at most MAX_PENDING_BYTES of them in flight; a
+        failed one raises here or in `settle`."""
+        future = self._kv.write((self._paths[name] + chunk_key(index)).encode(), data)
+        self._pending.append((future, len(data)))
+        self._pending_bytes += len(data)
+        while self._pending_bytes > MAX_PENDING_BYTES:
+            self._settle_one()
+
+    def _settle_one(self) -> None:
+        future, nbytes = self._pending.popleft()
+        self._pending_bytes -= nbytes
+        future.result()
+
+    def settle(self) -> None:
+        """Wait for every chunk write in flight; raise the first failure."""
+        while self._pending:
+            self._settle_one()
+
+    def finish(
+        self, name: str, sha256: str, crc32c: int, chunk_crc32c: Sequence[int] | None = None
+    ) -> None:
+        """Record the checksums of a fully written tensor in the manifest, and each chunk's
+        (`chunk_crc32c` when the writer has them, else read back from the store)."""
         meta = self.metas[name]
-        chunks = []
-        for index in itertools.product(*(range(g) for g in meta.grid)):
-            chunks.append(google_crc32c.value(self._read_raw(name, index)))
+        if chunk_crc32c is not None:
+            chunks = list(chunk_crc32c)
+        else:
+            chunks = [
+                google_crc32c.value(self._read_raw(name, index))
+                for index in itertools.product(*(range(g) for g in meta.grid))
+            ]
         self.metas[name] = TensorMeta(
             **{
                 **meta.__dict__,
@@ -270,18 +317,29 @@ def parse_box(meta: TensorMeta, start: Sequence[int], stop: Sequence[int]) -> tu
     return tuple(slice(lo, hi) for lo, hi in zip(start, stop, strict=True))
 
 
+def _runs_of_bytes(meta: TensorMeta) -> bool:
+    """True when every chunk of `meta`'s tensor is a run of its C-order little-endian bytes:
+    chunked along axis 0 only (or a scalar), stored in the byte order it arrives in."""
+    order = meta.dtype.byteorder
+    little = order in {"|", "<"} or (order == "=" and sys.byteorder == "little")
+    return little and all(c == d for c, d in zip(meta.chunk_shape[1:], meta.shape[1:], strict=True))
+
+
 class TensorWriter:
-    """Receives one tensor's C-order bytes in order and writes them to its array in slabs of
-    whole rows (axis 0), hashing as it goes. Holds at most one slab of ~chunk size."""
+    """Receives one tensor's C-order bytes in order and writes them in slabs of whole rows
+    (axis 0), hashing as it goes. Holds at most one slab of ~chunk size; chunks that are runs of
+    bytes go straight to the kvstore (see the module doc), in the background, and the version's
+    `settle()` waits for them."""
 
     def __init__(self, version: Version, name: str, block_bytes: int) -> None:
         self.version = version
         self.meta = version.metas[name]
-        self.array = version.arrays[name]
+        self.direct = _runs_of_bytes(self.meta)
+        self._chunk_crcs: list[int] = []
         shape = self.meta.shape
         self.row_bytes = self.meta.nbytes // shape[0] if shape and shape[0] else self.meta.nbytes
         rows = max(1, block_bytes // max(1, self.row_bytes))
-        if shape and self.meta.shard_axis == 0:  # whole chunks: no read-modify-write
+        if shape and (self.meta.shard_axis == 0 or self.direct):  # whole chunks: no read-back
             per_chunk = self.meta.chunk_shape[0]
             rows = max(per_chunk, rows // per_chunk * per_chunk)
         self.block_rows = rows if shape else 1
@@ -333,17 +391,38 @@ class TensorWriter:
         self.received += len(data)
         if self.done:
             self._buffer = None
-            self.version.finish(self.meta.name, self._sha.hexdigest(), self._crc)
+            chunks = self._chunk_crcs if self.direct else None
+            self.version.finish(self.meta.name, self._sha.hexdigest(), self._crc, chunks)
 
     def _write(self, raw: np.ndarray) -> None:
+        if self.direct:
+            self._write_chunks(raw)
+            return
         meta = self.meta
+        array = self.version.array(meta.name)
         if not meta.shape:
-            self.array.write(raw.view(meta.dtype).reshape(())).result()
+            array.write(raw.view(meta.dtype).reshape(())).result()
             return
         nrows = raw.size // self.row_bytes
         block = raw.view(meta.dtype).reshape((nrows, *meta.shape[1:]))
-        self.array[self._rows_written : self._rows_written + nrows].write(block).result()
+        array[self._rows_written : self._rows_written + nrows].write(block).result()
         self._rows_written += nrows
+
+    def _write_chunks(self, raw: np.ndarray) -> None:
+        """Store whole rows as chunk keys (the slab starts at a chunk boundary: blocks are whole
+        chunks, and only the last one may end inside a chunk, the edge one, padded with zeros)."""
+        meta = self.meta
+        size = meta.chunk_nbytes
+        rest = (0,) * max(0, len(meta.shape) - 1)
+        first = self._rows_written // meta.chunk_shape[0] if meta.shape else 0
+        for i, start in enumerate(range(0, raw.size, size)):
+            piece = raw[start : start + size].tobytes()
+            if len(piece) < size:
+                piece += bytes(size - len(piece))
+            index = (first + i, *rest) if meta.shape else ()
+            self.version.write_chunk(meta.name, index, piece)
+            self._chunk_crcs.append(google_crc32c.value(piece))
+        self._rows_written += raw.size // self.row_bytes if meta.shape else 0
 
 
 def dtype_of(name: str) -> np.dtype:
