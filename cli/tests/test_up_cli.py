@@ -54,3 +54,15 @@ def test_status_of_a_remote_run_reads_its_config_and_snapshots_from_storage(
     assert out["run"] == uri and out["work_dir"] == str(tmp_path / "w")
     assert out["steps"] == DEMO_STEPS and out["step"] == 0 and out["last_snapshot"] is None
     assert out["controller"] == {"pid": None, "alive": False}
+
+
+def test_up_on_a_run_directory_holding_a_run_refuses_and_leaves_it_alone(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "snapshots" / "s0000000004").mkdir(parents=True)
+    (run / "snapshots" / "s0000000004" / "snapshot.json").write_text("{}")
+    (run / "config.toml").write_text("the run's own config")
+    result = CliRunner().invoke(app, ["up", "--run-dir", str(run)])
+    assert result.exit_code == 1
+    assert f"{run} already holds a run: `rlx resume {run}`" in result.output
+    assert (run / "config.toml").read_text() == "the run's own config"
+    assert not (run / "data").exists()

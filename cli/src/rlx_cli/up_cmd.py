@@ -202,6 +202,7 @@ def up(
 ) -> None:
     """Start every service locally and train (the built-in demo without CONFIG)."""
     from rlx_controller.rundir import CONFIG_FILE
+    from rlx_controller.snapshot import SnapshotStore
     from rlx_core.config import to_toml
 
     if run_dir is None and config is not None:
@@ -213,6 +214,8 @@ def up(
             _fail(f"{type(e).__name__}: {e}")
     paths = _paths(run_dir or "rlx-run", work_dir)
     try:
+        if any(SnapshotStore(paths.storage).entries()):  # before its config.toml is touched
+            _fail(f"{paths.uri} already holds a run: `{_resume_command(paths)}` continues it")
         paths.work.mkdir(parents=True, exist_ok=True)
         cfg = _load_config(config, paths, overrides)
         paths.storage.put(CONFIG_FILE, to_toml(cfg, comments=False).encode())
