@@ -106,7 +106,7 @@ class LatencyModel:
         return self.gen_s * (1.0 + max(-4 * self.jitter, min(eps, 4 * self.jitter)))
 
 
-_DIGITS = range(48, 58)
+_DIGITS = bytes(48 + i % 10 for i in range(256))  # byte -> an ASCII digit
 
 
 def _sleep(seconds: float) -> None:
@@ -148,7 +148,9 @@ class SimWorker:
         G = unit.samples_per_prompt
         n = len(unit.prompts) * G
         lengths = [rng.randint(self.model.min_tokens, unit.max_new_tokens) for _ in range(n)]
-        digits = rng.choices(_DIGITS, k=sum(lengths))  # ASCII digits: a number to judge
+        # ASCII digits (a number to judge), drawn in C: a real worker's tokens cost the
+        # controller nothing to make, and rng.choices took ~60 us of its interpreter per unit
+        digits = tuple(rng.randbytes(sum(lengths)).translate(_DIGITS))
         rollouts, at = [], 0
         for i in range(n):
             k = lengths[i]
