@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import time
 from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
 from rlx_controller.demo import DEMO_STEPS, DEMO_TASK, demo_config, write_addition_jsonl
+from rlx_controller.lease import LEASE_FILE, LeaseHolder, _start_time
 from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
 from rlx_core.storage import open_storage
@@ -66,3 +70,23 @@ def test_up_on_a_run_directory_holding_a_run_refuses_and_leaves_it_alone(tmp_pat
     assert f"{run} already holds a run: `rlx resume {run}`" in result.output
     assert (run / "config.toml").read_text() == "the run's own config"
     assert not (run / "data").exists()
+
+
+def test_resume_of_a_run_another_controller_holds_is_refused_naming_it(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text(_config(tmp_path, str(run)).read_text())
+    (run / "controller.pid").write_text("4242")
+    holder = subprocess.Popen(["sleep", "60"])  # stands for the live controller
+    try:
+        me = LeaseHolder.me(time.time())
+        lease = replace(me, pid=holder.pid, pid_start=_start_time(holder.pid))
+        open_storage(str(run)).put(LEASE_FILE, json.dumps(asdict(lease)).encode())
+        result = CliRunner().invoke(app, ["resume", str(run)])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 1
+    assert f"RunBusy: {run} is being run by host {me.host} pid {holder.pid}" in result.output
+    assert (run / "controller.pid").read_text() == "4242"  # `rlx down` still finds the holder
+    assert not (run / "services.json").exists()

@@ -100,7 +100,7 @@ def _view(progress: Any) -> Table:
     return table
 
 
-def _drive(cfg: Any, paths: RunPaths, resume: bool) -> None:
+def _drive(cfg: Any, paths: RunPaths, resume: bool, force: bool = False) -> None:
     from rlx_controller.driver import Driver, Progress
 
     progress = Progress(steps=cfg.steps)
@@ -114,7 +114,6 @@ def _drive(cfg: Any, paths: RunPaths, resume: bool) -> None:
         if not live_ok:
             console.print(message)
 
-    (paths.work / "controller.pid").write_text(str(os.getpid()))
     if paths.remote:
         log(f"run dir {paths.uri}; this machine's files in {paths.work}")
     try:
@@ -132,13 +131,13 @@ def _drive(cfg: Any, paths: RunPaths, resume: bool) -> None:
                 t = threading.Thread(target=refresh, daemon=True)
                 t.start()
                 try:
-                    summary = driver.run(resume=resume)
+                    summary = driver.run(resume=resume, force=force)
                 finally:
                     done.set()
                     t.join()
                     live.update(_view(progress))
         else:
-            summary = driver.run(resume=resume)
+            summary = driver.run(resume=resume, force=force)
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
     finally:
@@ -240,21 +239,28 @@ def _run_config(paths: RunPaths) -> Any:
 def resume(
     run: str = typer.Argument(..., help=RUN_HELP),
     work_dir: Path | None = typer.Option(None, "--work-dir", help=WORK_DIR_HELP),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Take the run over from a controller that still holds its lease (only when you "
+        "know that controller is dead, e.g. its machine is gone).",
+    ),
 ) -> None:
     """Continue RUN from its newest snapshot that verifies (a remote RUN on any machine: an
-    empty work directory loses nothing)."""
+    empty work directory loses nothing). Refused while another controller runs it."""
     paths = _paths(run, work_dir)
     cfg = _run_config(paths)
-    _drive(cfg, paths, resume=True)
+    _drive(cfg, paths, resume=True, force=force)
 
 
 def _controller_pid(run: Path) -> int | None:
     """The pid in `run/controller.pid` while that process is alive and is an rlx controller (a
     stale file may name a pid the system has since given to another program)."""
     from rlx_controller.providers.local import process_alive, process_cmdline
+    from rlx_controller.rundir import CONTROLLER_PID
 
     try:
-        pid = int((run / "controller.pid").read_text().strip())
+        pid = int((run / CONTROLLER_PID).read_text().strip())
     except (OSError, ValueError):
         return None
     return pid if process_alive(pid) and b"rlx" in process_cmdline(pid) else None
@@ -295,8 +301,10 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
     """Everything `rlx status RUN` shows, as plain data (the `--json` output): the services and
     live metrics from the work directory, the config and snapshots from the run directory."""
     import tomllib
+    from dataclasses import asdict
 
     from rlx_cli.plot_cmd import read_metrics
+    from rlx_controller.lease import read_holder
     from rlx_controller.providers.local import read_services, runs_service
     from rlx_controller.rundir import CONFIG_FILE
     from rlx_controller.snapshot import SnapshotStore
@@ -340,12 +348,15 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
         str(r["step"]): r["heldout"] for r in records if isinstance(r.get("heldout"), (int, float))
     }
     snap = SnapshotStore(paths.storage).latest()
+    holder = read_holder(paths.storage)
     pid = _controller_pid(run)
     last = trained[-1] if trained else {}
     return {
         "run": paths.uri,
         "work_dir": str(run),
         "controller": {"pid": pid, "alive": pid is not None},
+        # who holds the run (on any machine: the lease in the run directory)
+        "lease": None if holder is None else {**asdict(holder), "alive": holder.alive(time.time())},
         "services": services,
         "workers": workers,
         "step": last.get("step", 0),
@@ -390,8 +401,13 @@ def status(
     table = Table(title=f"rlx run {out['run']}", show_header=False)
     table.add_column("k", style="bold")
     table.add_column("v")
-    c = out["controller"]
-    table.add_row("controller", f"pid {c['pid']} alive" if c["alive"] else "not running")
+    c, lease = out["controller"], out["lease"]
+    if c["alive"]:
+        table.add_row("controller", f"pid {c['pid']} alive")
+    elif lease is not None and lease["alive"]:
+        table.add_row("controller", f"on host {lease['host']} pid {lease['pid']} (its lease)")
+    else:
+        table.add_row("controller", "not running")
     for name, s in out["services"].items():
         state = "[green]alive[/green]" if s["alive"] else "[red]dead[/red]"
         extra = ""

@@ -26,6 +26,7 @@ import functools
 import gc
 import hashlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -40,12 +41,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilter, mixture_sources
+from rlx_controller.lease import Lease
 from rlx_controller.metrics import METRICS_FILE, MetricsWriter
 from rlx_controller.mixture import PromptMixture
 from rlx_controller.rng import sample_seed
 from rlx_controller.rollout_log import RolloutLog
 from rlx_controller.run_config import RunConfig, config_hash
-from rlx_controller.rundir import RUN_INFO, SUMMARY_FILE, RunPaths
+from rlx_controller.rundir import CONTROLLER_PID, RUN_INFO, SUMMARY_FILE, RunPaths
 from rlx_controller.schedule import (
     GroupRef,
     Schedule,
@@ -340,6 +342,7 @@ class Driver:
         self.refill_budget = budget_prompts(cfg.batch.prompts, cfg.dynamic_sampling.budget)
         self._snapshot_thread: ThreadPoolExecutor | None = None  # writes reload snapshots
         self._pending_snapshot: Future[None] | None = None
+        self._lease: Lease | None = None  # this run's, while run() runs
 
     # --- output -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -848,9 +851,22 @@ class Driver:
         self._stop_reason = reason
         self._stop.set()
 
-    def run(self, *, resume: bool) -> RunSummary:
-        """Train to cfg.steps (fresh, or from the newest snapshot); stop services at the end."""
+    def run(self, *, resume: bool, force: bool = False) -> RunSummary:
+        """Train to cfg.steps (fresh, or from the newest snapshot); stop services at the end.
+
+        The run's lease (rlx_controller.lease) is held throughout: RunBusy, before anything is
+        touched, when another live controller holds it, unless `force`."""
         start = time.monotonic()
+        lease = self._lease = Lease.acquire(self.storage, force=force)
+        try:
+            # for `rlx status` / `rlx down` on this machine (written once the run is ours)
+            (self.work_dir / CONTROLLER_PID).write_text(str(os.getpid()))
+            return self._run_leased(resume, start)
+        finally:
+            self._lease = None
+            lease.release()
+
+    def _run_leased(self, resume: bool, start: float) -> RunSummary:
         if resume and self.storage.exists(RUN_INFO):
             info = json.loads(self.storage.get(RUN_INFO))
             if info["config_hash"] != self.hash:
@@ -987,6 +1003,8 @@ class Driver:
         stopped = False
         try:
             for b in range(step, cfg.steps):
+                if self._lease is not None:
+                    self._lease.check()  # taken over elsewhere (--force): stop, write nothing
                 dispatch(b)
                 self.progress.phase = "training" if b >= replay_until else "replaying from log"
                 payloads = []

@@ -25,11 +25,20 @@ from pathlib import Path
 from rlx_core.errors import InvalidArgument
 from rlx_core.storage import Storage, open_storage
 
-__all__ = ["CONFIG_FILE", "RUN_INFO", "SUMMARY_FILE", "RunPaths", "default_work_dir", "is_remote"]
+__all__ = [
+    "CONFIG_FILE",
+    "CONTROLLER_PID",
+    "RUN_INFO",
+    "SUMMARY_FILE",
+    "RunPaths",
+    "default_work_dir",
+    "is_remote",
+]
 
 CONFIG_FILE = "config.toml"  # the run's config as `rlx up` resolved it (`rlx resume` reads it)
 RUN_INFO = "run.json"  # run id and config hash
 SUMMARY_FILE = "summary.json"  # the last `rlx up` / `rlx resume`'s summary
+CONTROLLER_PID = "controller.pid"  # in the work directory: the running controller's pid
 
 _REMOTE = re.compile(r"^(s3|gs)://", re.IGNORECASE)
 
