@@ -78,7 +78,9 @@ def test_up_on_a_run_directory_holding_a_run_refuses_and_leaves_it_alone(tmp_pat
     assert not (run / "data").exists()
 
 
-def test_resume_of_a_run_another_controller_holds_is_refused_naming_it(tmp_path: Path) -> None:
+def test_resume_or_up_on_a_run_another_controller_holds_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.toml").write_text(_config(tmp_path, str(run)).read_text())
@@ -89,6 +91,8 @@ def test_resume_of_a_run_another_controller_holds_is_refused_naming_it(tmp_path:
         lease = replace(me, pid=holder.pid, pid_start=_start_time(holder.pid))
         open_storage(str(run)).put(LEASE_FILE, json.dumps(asdict(lease)).encode())
         result = CliRunner().invoke(app, ["resume", str(run)])
+        config = (run / "config.toml").read_text()
+        up = CliRunner().invoke(app, ["up", "--run-dir", str(run)])  # a fresh run over it
     finally:
         holder.kill()
         holder.wait()
@@ -96,3 +100,5 @@ def test_resume_of_a_run_another_controller_holds_is_refused_naming_it(tmp_path:
     assert f"RunBusy: {run} is being run by host {me.host} pid {holder.pid}" in result.output
     assert (run / "controller.pid").read_text() == "4242"  # `rlx down` still finds the holder
     assert not (run / "services.json").exists()
+    assert up.exit_code == 1 and f"{run} is being run by host {me.host}" in up.output
+    assert (run / "config.toml").read_text() == config  # the live run's config untouched

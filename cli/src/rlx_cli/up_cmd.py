@@ -200,6 +200,7 @@ def up(
     overrides: list[str] = typer.Option([], "--set", help="KEY=VALUE override of the config."),
 ) -> None:
     """Start every service locally and train (the built-in demo without CONFIG)."""
+    from rlx_controller.lease import read_holder
     from rlx_controller.rundir import CONFIG_FILE
     from rlx_controller.snapshot import SnapshotStore
     from rlx_core.config import to_toml
@@ -213,8 +214,12 @@ def up(
             _fail(f"{type(e).__name__}: {e}")
     paths = _paths(run_dir or "rlx-run", work_dir)
     try:
-        if any(SnapshotStore(paths.storage).entries()):  # before its config.toml is touched
+        # refused before its config.toml is touched: a run with snapshots, or one starting up
+        if any(SnapshotStore(paths.storage).entries()):
             _fail(f"{paths.uri} already holds a run: `{_resume_command(paths)}` continues it")
+        holder = read_holder(paths.storage)
+        if holder is not None and not holder.is_me() and holder.alive(time.time()):
+            _fail(f"{paths.uri} is being run by {holder.describe(time.time())}")
         paths.work.mkdir(parents=True, exist_ok=True)
         cfg = _load_config(config, paths, overrides)
         paths.storage.put(CONFIG_FILE, to_toml(cfg, comments=False).encode())
