@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from rlx_core.errors import InvalidArgument, NotFound
+
+if TYPE_CHECKING:
+    from rlx_core.storage import Storage
 
 __all__ = ["PLOT_FILE", "read_metrics", "register", "write_plot"]
 
@@ -37,6 +40,23 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
         text = path.read_text()
     except FileNotFoundError:
         raise NotFound(f"{path}: no such file (has the run made a step yet?)") from None
+    return parse_metrics(text, str(path))
+
+
+def read_uploaded_metrics(storage: Storage) -> list[dict[str, Any]]:
+    """`read_metrics` of a remote run's `metrics.jsonl` as uploaded with its snapshots."""
+    from rlx_controller.metrics import METRICS_FILE
+
+    try:
+        data = storage.get(METRICS_FILE)
+    except NotFound:
+        where = storage.key_uri(METRICS_FILE)
+        raise NotFound(f"{where}: no such object (has the run made a snapshot yet?)") from None
+    return parse_metrics(data.decode(), storage.key_uri(METRICS_FILE))
+
+
+def parse_metrics(text: str, path: str) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl's text (see `read_metrics`); `path` names it in errors."""
     lines = text.split("\n")
     by_step: dict[int, dict[str, Any]] = {}
     for number, line in enumerate(lines, start=1):
@@ -142,14 +162,18 @@ def _throughput(ax: Any, records: list[dict[str, Any]]) -> None:
 def write_plot(run: Path, out: Path | None = None, *, name: str = "") -> Path:
     """Draw the metrics of `run` into a PNG at `out` (default `run/plot.png`) titled with `name`
     (default the directory's name); return its path."""
+    out = out if out is not None else run / PLOT_FILE
+    return draw_plot(read_metrics(run), out, name or run.name)
+
+
+def draw_plot(records: list[dict[str, Any]], out: Path, name: str) -> Path:
+    """Draw metric records into a PNG at `out`, titled with the run's `name`; return `out`."""
     from matplotlib.figure import Figure
 
-    records = read_metrics(run)
-    out = out if out is not None else run / PLOT_FILE
     fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, layout="constrained")
     (ax_r, ax_h), (ax_m, ax_t) = fig.subplots(2, 2, sharex=True)
     last = max((r["step"] for r in records), default=0)
-    fig.suptitle(f"rlx run {name or run.name}: {last} steps")
+    fig.suptitle(f"rlx run {name}: {last} steps")
     _reward(ax_r, records)
     _heldout(ax_h, records)
     _mismatch(ax_m, records)
@@ -172,9 +196,6 @@ def plot(
     """Plot reward, held-out accuracy, mismatch and throughput per step as a PNG; print its path.
 
     A remote RUN is plotted from the metrics uploaded with its newest snapshot."""
-    import tempfile
-
-    from rlx_controller.metrics import METRICS_FILE
     from rlx_controller.rundir import is_remote
     from rlx_core.errors import RlxError
     from rlx_core.storage import open_storage
@@ -184,11 +205,8 @@ def plot(
             path = write_plot(Path(run).resolve(), out.resolve() if out is not None else None)
         else:
             storage = open_storage(run)
-            with tempfile.TemporaryDirectory(prefix="rlx-plot-") as tmp:
-                if storage.exists(METRICS_FILE):
-                    storage.get_file(METRICS_FILE, Path(tmp) / METRICS_FILE)
-                where = (out or Path(PLOT_FILE)).resolve()
-                path = write_plot(Path(tmp), where, name=storage.uri)
+            where = (out or Path(PLOT_FILE)).resolve()
+            path = draw_plot(read_uploaded_metrics(storage), where, storage.uri)
     except RlxError as e:
         typer.echo(f"rlx: {e}", err=True)
         raise typer.Exit(1) from None

@@ -302,28 +302,13 @@ def _eta(records: list[dict[str, Any]], steps: int | None) -> dict[str, Any]:
     return {"s_per_step": median, "eta_s": left}
 
 
-def _uploaded_metrics(paths: RunPaths) -> list[dict[str, Any]]:
-    """A remote run's metrics as uploaded with its newest snapshot (from a machine that is not
-    running it: its work directory has none)."""
-    import tempfile
-
-    from rlx_cli.plot_cmd import read_metrics
-    from rlx_controller.metrics import METRICS_FILE
-
-    if not paths.storage.exists(METRICS_FILE):
-        return []
-    with tempfile.TemporaryDirectory(prefix="rlx-status-") as tmp:
-        paths.storage.get_file(METRICS_FILE, Path(tmp) / METRICS_FILE)
-        return read_metrics(Path(tmp))
-
-
 def run_status(paths: RunPaths) -> dict[str, Any]:
     """Everything `rlx status RUN` shows, as plain data (the `--json` output): the services and
     live metrics from the work directory, the config and snapshots from the run directory."""
     import tomllib
     from dataclasses import asdict
 
-    from rlx_cli.plot_cmd import read_metrics
+    from rlx_cli.plot_cmd import read_metrics, read_uploaded_metrics
     from rlx_controller.lease import read_holder
     from rlx_controller.providers.local import read_services, runs_service
     from rlx_controller.rundir import CONFIG_FILE
@@ -357,7 +342,10 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
     try:
         records = read_metrics(run)
     except NotFound:
-        records = _uploaded_metrics(paths) if paths.remote else []
+        records = []
+        if paths.remote:  # from a machine not running it: the metrics uploaded with snapshots
+            with contextlib.suppress(NotFound):
+                records = read_uploaded_metrics(paths.storage)
     trained = [r for r in records if r["step"] > 0]
     staleness: dict[str, int] = {}
     for r in trained:
