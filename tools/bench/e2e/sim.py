@@ -3,14 +3,14 @@
     uv run python tools/bench/e2e/sim.py [--workers 1,8,64,512,1024] [--steps 8] [--skip 3]
 
 rlx_controller's Driver runs unchanged (schedule, prompt mixture, thread pool, rollout log in a
-temp run directory on /dev/shm when there is one, build_batch, snapshots at every reload
-boundary, metrics lines); only its
-services are replaced by in-process simulated clients with the methods it calls (trainer: init,
-train_step, save_checkpoint; inference: load_version, generate; verifier: verify; paramserver:
-manifest) whose latency follows a model, no JAX. Weak scaling: with W workers a batch is W work
-units of one prompt × G samples (batch.prompts = W, prompts_per_unit = 1), one unit per worker.
-Rollout throughput (units per second in the steady state, the first `skip` steps left out) is
-compared with ideal linear scaling of the 1-worker figure: efficiency = X(W) / (W × X(1)).
+temp run directory on /dev/shm when there is one, build_batch, snapshots at every reload boundary,
+metrics lines); only its services are replaced by in-process simulated clients with the methods it
+calls (trainer: init, train_step, save_checkpoint; inference: load_version, generate; verifier:
+verify; paramserver: manifest) whose latency follows a model, no JAX. Weak scaling: with W workers
+a batch is W work units of one prompt × G samples (batch.prompts = W, prompts_per_unit = 1), one
+unit per worker. Rollout throughput (units per second in the steady state, the first `skip` steps
+left out) is compared with ideal linear scaling of the 1-worker figure:
+efficiency = X(W) / (W × X(1)).
 
 The latency model (RLAX-like: generation dominates, seconds per unit; all times scale with
 --time-scale):
@@ -19,12 +19,11 @@ The latency model (RLAX-like: generation dominates, seconds per unit; all times 
     varies little); responses of 8-64 tokens per sample are returned (the log and batch sizes the
     controller handles); load_version: load_s when the version changes.
   - verify: verify_s per sample; train_step: train_s; save_checkpoint: ckpt_s; manifest: manifest_s.
-The run directory is on tmpfs so that storage latency stays out of the controller's figure: on
-this machine's disk the rollout log's two fsyncs per record (1024 records a step) alone cost
-about 1 s a step (5.3 against 4.4 s/step); at scale the run directory is object storage, whose
-latency the post threads overlap. All sleeps release the GIL, so what competes for the
-controller's one Python core is the
-controller's own work (and the simulated clients' small bookkeeping, measured apart).
+The run directory is on tmpfs so that storage latency stays out of the controller's figure: on this
+machine's disk the rollout log's two fsyncs per record (1024 records a step) alone cost about 1 s a
+step (5.3 against 4.4 s/step); at scale the run directory is object storage, whose latency the post
+threads overlap. All sleeps release the GIL, so what competes for the controller's one Python core
+is the controller's own work (and the simulated clients' small bookkeeping, measured apart).
 
 Where the time goes is measured per call (wall and thread CPU time, time.thread_time): the loop's
 main-thread calls per step, and per unit the controller's CPU in run_unit outside the simulated

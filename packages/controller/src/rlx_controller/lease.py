@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from rlx_core.errors import FailedPrecondition, NotFound, RlxError
 from rlx_core.storage import Storage
@@ -48,7 +49,7 @@ class RunBusy(FailedPrecondition):
 def _start_time(pid: int) -> int | None:
     """The start time of process `pid` in clock ticks since boot (None when it is gone)."""
     try:
-        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 (one read)
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()

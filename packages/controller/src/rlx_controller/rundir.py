@@ -49,13 +49,13 @@ def is_remote(uri: str | os.PathLike[str]) -> bool:
 
 
 def default_work_dir(uri: str) -> Path:
-    """The work directory of a run directory: the directory itself when it is local, else a
-    directory under the user's cache named after the URI."""
-    storage = open_storage(uri)
-    if not is_remote(storage.uri):
-        return Path(storage.uri)
+    """The work directory of a run directory given by its normalised URI (`RunPaths.uri`,
+    `Storage.uri`): the directory itself when it is local, else a directory under the user's
+    cache named after the URI. Pure: nothing is opened (a GCS client needs credentials)."""
+    if not is_remote(uri):
+        return Path(uri)
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    scheme, rest = storage.uri.split("://", 1)
+    scheme, rest = uri.split("://", 1)
     parts = [p for p in rest.split("/") if p]
     return Path(cache, "rlx", "runs", scheme, *parts)
 
