@@ -888,8 +888,9 @@ class Driver:
                 self._start_services()
                 result = self._run_recovering()
             result.wall_s = time.monotonic() - start
-            if self.paths.remote and (metrics := self._metrics_bytes()) is not None:
-                self.storage.put(METRICS_FILE, metrics)
+            # (a remote run's metrics went up with its final or SIGTERM snapshot, after its
+            # last line; a run stopped before its first step has only the step-0 evaluation,
+            # which a resume runs again)
             self.storage.put(SUMMARY_FILE, json.dumps(result.to_dict(), indent=1).encode())
             return result
         finally:
