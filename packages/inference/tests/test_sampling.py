@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from rlx_inference.sampling import sample_rows, seed_keys
+from rlx_inference.sampling import CDF_CHUNK, _inverse_cdf, sample_rows, seed_keys
 
 PROBS = np.array([0.4, 0.2, 0.15, 0.1, 0.06, 0.05, 0.03, 0.01])
 N = 4000
@@ -58,3 +58,28 @@ def test_a_draw_depends_only_on_seed_and_position() -> None:
         np.float32(1.0),
     )[0]
     assert list(np.asarray(again)[::-1]) == list(tokens[:5])
+
+
+def test_two_level_inverse_cdf_finds_the_token_across_chunks() -> None:
+    """A vocabulary of several chunks, not a multiple of the chunk, with whole zero chunks and
+    zeros between positive tokens: the target in the middle of each token's interval finds that
+    token, the ends find the first and last positive ones, and no draw lands on a zero."""
+    v = 3 * CDF_CHUNK + 77
+    rng = np.random.default_rng(5)
+    probs = rng.random(v) * (rng.random(v) < 0.5)
+    probs[CDF_CHUNK : 2 * CDF_CHUNK] = 0.0  # a whole chunk of zeros
+    probs[:3] = 0.0
+    probs[-5:] = 0.0
+    probs = (probs / probs.sum()).astype(np.float32)
+    positive = np.flatnonzero(probs)
+    cdf = np.cumsum(probs.astype(np.float64))
+    total = cdf[-1]
+    middles = (cdf[positive] - probs[positive] / 2) / total
+    fractions = np.concatenate([middles, [1e-9, 1.0]]).astype(np.float32)
+    rows = np.tile(probs, (len(fractions), 1))
+    found = np.asarray(jax.jit(_inverse_cdf)(rows, fractions))
+    assert list(found) == [*positive, positive[0], positive[-1]]
+    draws = np.asarray(jax.jit(_inverse_cdf)(np.tile(probs, (4000, 1)), 1.0 - rng.random(4000)))
+    assert np.all(probs[draws] > 0)
+    freq = np.bincount(draws, minlength=v) / 4000
+    assert np.abs(freq - probs).max() < 0.02
