@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from rlx_controller.metrics import read_uploaded
 from rlx_controller.providers.local import read_services
 from rlx_core.storage import open_storage
 
@@ -156,7 +157,8 @@ def test_resume_after_sigkills_equals_an_uninterrupted_run(
     assert _summary(run)["params_hash"] == reference["params_hash"]
     assert _consumed(work) == _consumed(clean)  # a remote run's steps before the kill came from S3
     if remote:
-        assert open_storage(str(run)).get("metrics.jsonl") == (work / "metrics.jsonl").read_bytes()
+        uploaded = read_uploaded(open_storage(str(run)))
+        assert uploaded == (work / "metrics.jsonl").read_bytes()
     if dynamic:  # uniform groups were dropped and refilled
         assert any(r.get("refill_prompts", 0) > 0 for r in _records(clean))
     # no service of the killed controller is left running

@@ -44,15 +44,14 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
 
 
 def read_uploaded_metrics(storage: Storage) -> list[dict[str, Any]]:
-    """`read_metrics` of a remote run's `metrics.jsonl` as uploaded with its snapshots."""
-    from rlx_controller.metrics import METRICS_FILE
+    """`read_metrics` of a remote run's metrics.jsonl as uploaded with its snapshots."""
+    from rlx_controller.metrics import METRICS_PARTS, read_uploaded
 
-    try:
-        data = storage.get(METRICS_FILE)
-    except NotFound:
-        where = storage.key_uri(METRICS_FILE)
-        raise NotFound(f"{where}: no such object (has the run made a snapshot yet?)") from None
-    return parse_metrics(data.decode(), storage.key_uri(METRICS_FILE))
+    data = read_uploaded(storage)
+    if data is None:
+        where = storage.key_uri(METRICS_PARTS)
+        raise NotFound(f"{where}: no metrics uploaded (has the run made a snapshot yet?)")
+    return parse_metrics(data.decode(), storage.key_uri(METRICS_PARTS))
 
 
 def parse_metrics(text: str, path: str) -> list[dict[str, Any]]:

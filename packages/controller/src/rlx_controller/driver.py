@@ -42,7 +42,7 @@ import numpy as np
 
 from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilter, mixture_sources
 from rlx_controller.lease import Lease
-from rlx_controller.metrics import METRICS_FILE, MetricsWriter
+from rlx_controller.metrics import METRICS_FILE, MetricsUpload, MetricsWriter
 from rlx_controller.mixture import PromptMixture
 from rlx_controller.rng import sample_seed
 from rlx_controller.rollout_log import RolloutLog
@@ -317,6 +317,10 @@ class Driver:
         self.deadline_s = component_deadline_s
         self.max_recoveries = max_recoveries
         self.storage = self.paths.storage
+        # a remote run's metrics.jsonl goes up with its snapshots, a piece at a time
+        self._uploads = (
+            MetricsUpload(self.storage, self.work_dir / METRICS_FILE) if self.paths.remote else None
+        )
         self.rollouts = RolloutLog(self.storage)
         self.snapshots = SnapshotStore(self.storage, keep=cfg.snapshots.keep)
         self.hash = config_hash(cfg)
@@ -804,11 +808,12 @@ class Driver:
         }
 
         # a remote run's metrics go with its snapshots, so a resume elsewhere keeps its history
-        metrics = self._metrics_bytes() if self.paths.remote else None
+        upto = self._uploads.take() if self._uploads is not None else None
 
         def write() -> None:
-            if metrics is not None:
-                self.storage.put(METRICS_FILE, metrics)
+            if upto is not None:
+                assert self._uploads is not None
+                self._uploads.upload(upto)
             self.snapshots.write(Snapshot(**fields, params_hash=self._params_hash(step)))
             self.progress.components["snapshot"] = f"step {step} ({reason})"
 
@@ -818,20 +823,6 @@ class Driver:
         if self._snapshot_thread is None:
             self._snapshot_thread = ThreadPoolExecutor(1, thread_name_prefix="snapshot")
         self._pending_snapshot = self._snapshot_thread.submit(write)
-
-    def _metrics_bytes(self) -> bytes | None:
-        """The work directory's metrics.jsonl as it is now (None before the first record)."""
-        try:
-            return (self.work_dir / METRICS_FILE).read_bytes()
-        except FileNotFoundError:
-            return None
-
-    def _fetch_metrics(self) -> None:
-        """A resumed remote run continues the metrics uploaded with its snapshots. They hold
-        every step up to the newest snapshot, and the steps after it are trained (and written)
-        again, so they replace whatever this work directory holds (which may be an older copy)."""
-        if self.paths.remote and self.storage.exists(METRICS_FILE):
-            self.storage.get_file(METRICS_FILE, self.work_dir / METRICS_FILE)
 
     def _wait_snapshot(self) -> None:
         """Wait for the snapshot being written in the background, if any; raise its error."""
@@ -880,8 +871,14 @@ class Driver:
             self.run_id = uuid.uuid4().hex[:12]
             info = {"run_id": self.run_id, "config_hash": self.hash}
             self.storage.put(RUN_INFO, json.dumps(info).encode())
-        if resume:
-            self._fetch_metrics()
+        if self._uploads is not None:
+            # resumed: continue the uploaded metrics, which hold every step up to the newest
+            # snapshot (the steps after it are trained and written again); fresh: drop any
+            # parts an earlier run that made no snapshot left
+            if resume:
+                self._uploads.restore()
+            else:
+                self._uploads.reset()
         old_handlers = self._install_signals()
         try:
             with _interpreter_tuned():

@@ -12,6 +12,14 @@ A resumed run replays from its snapshot, so steps after the snapshot may be writ
 writer opens a new event file at its first record and marks that step with TensorBoard's
 `SessionLog.START`, so TensorBoard drops the killed run's points from that step on (readers of the
 JSONL keep the last line of each step).
+
+A remote run's metrics.jsonl goes to its storage with every snapshot (`MetricsUpload`), as parts
+`metrics/<offset>.jsonl`: each snapshot uploads only the bytes written since the one before, and
+parts are merged like a binary counter (a part holding as many uploads as the one before it is
+merged into it), so a run of n snapshots uploads each byte O(log n) times and keeps O(log n)
+parts. With a snapshot per step and 1.9 KB lines, 600 steps upload 10.8 MB and 10,000 steps
+254 MB; uploading the whole file at every snapshot, as before, cost 0.34 GB (as measured on the
+600-step demo) and 95 GB.
 """
 
 from __future__ import annotations
@@ -24,11 +32,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from rlx_core.errors import InvalidArgument
+from rlx_core.errors import Corrupt, InvalidArgument, NotFound
+from rlx_core.storage import Storage
 
-__all__ = ["MetricsWriter", "scalars"]
+__all__ = ["METRICS_FILE", "METRICS_PARTS", "MetricsUpload", "MetricsWriter", "scalars"]
 
 METRICS_FILE = "metrics.jsonl"
+METRICS_PARTS = "metrics/"  # a remote run's metrics.jsonl in its storage: parts named by offset
 TENSORBOARD_DIR = "tensorboard"
 
 
@@ -120,3 +130,114 @@ class MetricsWriter:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _part_key(offset: int) -> str:
+    return f"{METRICS_PARTS}{offset:016d}.jsonl"
+
+
+def _part_offsets(storage: Storage) -> list[int]:
+    """The offsets of the parts in storage, ascending (keys not named like a part are ignored)."""
+    offsets = []
+    for key in storage.list(METRICS_PARTS):
+        name = key[len(METRICS_PARTS) :].removesuffix(".jsonl")
+        if name.isdigit() and key.endswith(".jsonl"):
+            offsets.append(int(name))
+    return sorted(offsets)
+
+
+def read_uploaded(storage: Storage) -> bytes | None:
+    """A remote run's metrics.jsonl as uploaded with its snapshots (None: nothing uploaded).
+
+    The parts are laid end to end by offset. A part inside what is already laid (one merged
+    into the part before it and not yet deleted) adds only its bytes past the end, and parts
+    after a gap are left out: both happen only while a merge is under way, and the bytes
+    returned are then a prefix of the file, never a mix."""
+    data = bytearray()
+    for offset in _part_offsets(storage):
+        if offset > len(data):
+            break
+        try:
+            part = storage.get(_part_key(offset))
+        except NotFound:  # merged into the part before and deleted since the listing
+            continue
+        data += part[len(data) - offset :]
+    if data:
+        return bytes(data)
+    try:  # a run directory written before the parts
+        return storage.get(METRICS_FILE)
+    except NotFound:
+        return None
+
+
+class MetricsUpload:
+    """A remote run's metrics.jsonl (the work directory's `local` file, only ever appended to)
+    kept in its storage as parts (see the module docstring).
+
+    `take` (the loop's thread, when a snapshot is taken) notes how far the file has grown;
+    `upload` (the snapshot thread, one at a time, in order) puts that much up and merges.
+    `restore` (before the loop) replaces the local file with the uploaded one and continues
+    from its end; `reset` (a fresh run) removes any parts left in storage by an earlier one.
+    """
+
+    def __init__(self, storage: Storage, local: Path) -> None:
+        self.storage = storage
+        self.local = local
+        self.taken = 0  # bytes of the local file handed to `take` so far
+        self.parts: list[tuple[int, int, int]] = []  # (offset, length, uploads merged), ascending
+
+    def reset(self) -> None:
+        self.storage.delete_prefix(METRICS_PARTS)
+        self.taken, self.parts = 0, []
+
+    def restore(self) -> bool:
+        """Download the uploaded file over the local one; False (local file kept) if none."""
+        data = read_uploaded(self.storage)
+        if data is None:
+            return False
+        tmp = self.local.with_name(self.local.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, self.local)
+        offsets = _part_offsets(self.storage)
+        if offsets != [0]:  # one part holding all of it: the next upload goes after its end
+            self.storage.put(_part_key(0), data)
+            for offset in offsets:
+                if offset > 0:
+                    self.storage.delete(_part_key(offset), missing_ok=True)
+        self.taken, self.parts = len(data), [(0, len(data), 1)]
+        return True
+
+    def take(self) -> int | None:
+        """The local file's size if it grew since the last take (what `upload` is to reach)."""
+        try:
+            size = self.local.stat().st_size
+        except FileNotFoundError:
+            return None
+        if size <= self.taken:
+            return None
+        self.taken = size
+        return size
+
+    def upload(self, upto: int) -> None:
+        """Put the local file's bytes from the end of the parts to `upto` up as a part (so a
+        failed upload is retried by the next), then merge while the last part holds as many
+        uploads as the one before it: the merged part is written over the earlier one first
+        (readers skip the covered later part), the later part deleted after."""
+        start = self.parts[-1][0] + self.parts[-1][1] if self.parts else 0
+        if upto <= start:
+            return
+        self.storage.put(_part_key(start), self._read(start, upto - start))
+        self.parts.append((start, upto - start, 1))
+        while len(self.parts) >= 2 and self.parts[-1][2] >= self.parts[-2][2]:
+            (first, n1, k1), (second, n2, k2) = self.parts[-2], self.parts[-1]
+            self.storage.put(_part_key(first), self._read(first, n1 + n2))
+            self.storage.delete(_part_key(second), missing_ok=True)
+            self.parts[-2:] = [(first, n1 + n2, k1 + k2)]
+
+    def _read(self, offset: int, n: int) -> bytes:
+        with open(self.local, "rb") as f:
+            f.seek(offset)
+            data = f.read(n)
+        if len(data) != n:
+            raise Corrupt(f"{self.local}: {n} bytes at {offset} were written, {len(data)} are left")
+        return data
