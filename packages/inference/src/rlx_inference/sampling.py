@@ -80,13 +80,23 @@ def _truncate(lf: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
     """Mask (as -inf) the tokens outside the top_k (0: none), then outside the top-p nucleus of
     what remains, of tempered logits lf [B, V]. Ties with the last kept token are kept."""
     probs = jax.nn.softmax(lf, axis=-1)
-    kth = _largest_threshold(probs, lambda t: jnp.sum(probs >= t[:, None], axis=-1) >= top_k)
-    kth = jnp.where(top_k > 0, kth, 0.0)  # top_k = 0 keeps every token
+    none = jnp.zeros(probs.shape[0], jnp.float32)  # a threshold that keeps every token
+    # each search runs only when its knob truncates (a unit's knobs are scalars): top_p alone
+    # or top_k alone costs one bisection, not two
+    kth = jax.lax.cond(
+        top_k > 0,
+        lambda: _largest_threshold(probs, lambda t: jnp.sum(probs >= t[:, None], axis=-1) >= top_k),
+        lambda: none,
+    )
     kept = jnp.where(probs >= kth[:, None], probs, 0.0)
     kept = kept / kept.sum(axis=-1, keepdims=True)
-    # the smallest set of most likely tokens holding >= top_p of the mass
-    nucleus = _largest_threshold(
-        kept, lambda t: jnp.sum(jnp.where(kept >= t[:, None], kept, 0.0), axis=-1) >= top_p
+    # the smallest set of most likely tokens holding >= top_p of the mass (top_p >= 1: all)
+    nucleus = jax.lax.cond(
+        top_p < 1.0,
+        lambda: _largest_threshold(
+            kept, lambda t: jnp.sum(jnp.where(kept >= t[:, None], kept, 0.0), axis=-1) >= top_p
+        ),
+        lambda: none,
     )
     keep = (kept >= nucleus[:, None]) & (kept > 0)
     return jnp.where(keep, lf, -jnp.inf)
