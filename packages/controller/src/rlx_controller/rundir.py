@@ -3,9 +3,9 @@ work directory (this machine's disk).
 
 The run directory holds everything resume needs and nothing tied to one machine: `config.toml`,
 `run.json`, `snapshots/`, `rollouts/`, `checkpoints/`, `metrics/` (metrics.jsonl, uploaded in
-parts with every snapshot), `summary.json` and `plot.png`. The work directory holds what belongs to the processes
-running here: the token, `services.json`, service configs and logs, `controller.pid`,
-`controller.log`, the live `metrics.jsonl` and the TensorBoard files.
+parts with every snapshot), `summary.json` and `plot.png`. The work directory holds what belongs
+to the processes running here: the token, `services.json`, service configs and logs,
+`controller.pid`, `controller.log`, the live `metrics.jsonl` and the TensorBoard files.
 
 For a local run directory both are the same directory. For a remote one the work directory is
 `--work-dir`, by default `$XDG_CACHE_HOME/rlx/runs/<scheme>/<bucket>/<prefix>` (`~/.cache/...`), so
