@@ -808,12 +808,12 @@ class Driver:
         }
 
         # a remote run's metrics go with its snapshots, so a resume elsewhere keeps its history
-        upto = self._uploads.take() if self._uploads is not None else None
+        uploads = self._uploads
+        upto = uploads.take() if uploads is not None else None
 
         def write() -> None:
-            if upto is not None:
-                assert self._uploads is not None
-                self._uploads.upload(upto)
+            if uploads is not None and upto is not None:
+                uploads.upload(upto)
             self.snapshots.write(Snapshot(**fields, params_hash=self._params_hash(step)))
             self.progress.components["snapshot"] = f"step {step} ({reason})"
 
