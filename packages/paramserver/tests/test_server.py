@@ -405,6 +405,7 @@ def test_fast_path_arrays_are_views_that_outlive_the_version(
         # the version goes (max_versions=1) and its files are deleted: the arrays stay as pulled
         version_dir = server.service.get(1).dir
         client.push(2, {n: a + 1 for n, a in data.items()}, shard_axes={"up": 1})
+        server.service._reaper.drain()  # deleted versions are dropped on the reaper's thread
         assert client.versions() == [2] and not os.path.exists(version_dir)
         assert all(same(got[n], data[n]) for n in data)
         _, newer = client.pull(2)

@@ -62,13 +62,7 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
         if first is None or first.WhichOneof("item") != "header":
             raise InvalidArgument("a push starts with a PushHeader")
         header = first.header
-        decls = [
-            TensorDecl(t.name, t.dtype, tuple(int(d) for d in t.shape), t.shard_axis)
-            for t in header.tensors
-        ]
-        remaining = context.time_remaining()
-        timeout = None if remaining is None else max(0.0, remaining - _DEADLINE_MARGIN_S)
-        session = self._service.begin_push(header.version, decls, timeout=timeout)
+        session = self._begin(header, context)
         used_shm = False
         try:
             for request in request_iterator:
@@ -76,8 +70,7 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
                 if kind == "chunk":
                     self._write_chunk(session, request.chunk)
                 elif kind == "shm":
-                    entries = [(e.name, e.offset, e.nbytes) for e in request.shm.entries]
-                    session.write_shm(request.shm.path, entries)
+                    self._write_shm(session, request.shm)
                     used_shm = True
                 else:
                     raise InvalidArgument(f"unexpected {kind!r} message inside a push")
@@ -85,7 +78,40 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
         except BaseException:
             session.abort()
             raise
-        return pb.PushReply(version=header.version, bytes=nbytes, used_shm=used_shm)
+        return self._stored(header, nbytes, used_shm)
+
+    def PushShm(self, request: pb.PushShmRequest, context: grpc.ServicerContext) -> pb.PushReply:
+        if not request.HasField("header") or not request.HasField("shm"):
+            raise InvalidArgument("PushShm needs a header and a shm segment")
+        session = self._begin(request.header, context)
+        try:
+            self._write_shm(session, request.shm)
+            nbytes = session.finish()
+        except BaseException:
+            session.abort()
+            raise
+        return self._stored(request.header, nbytes, True)
+
+    def _begin(self, header: pb.PushHeader, context: grpc.ServicerContext) -> PushSession:
+        decls = [
+            TensorDecl(t.name, t.dtype, tuple(int(d) for d in t.shape), t.shard_axis)
+            for t in header.tensors
+        ]
+        remaining = context.time_remaining()
+        timeout = None if remaining is None else max(0.0, remaining - _DEADLINE_MARGIN_S)
+        return self._service.begin_push(header.version, decls, timeout=timeout)
+
+    @staticmethod
+    def _write_shm(session: PushSession, shm: pb.ShmRef) -> None:
+        session.write_shm(shm.path, [(e.name, e.offset, e.nbytes) for e in shm.entries])
+
+    def _stored(self, header: pb.PushHeader, nbytes: int, used_shm: bool) -> pb.PushReply:
+        """The reply to a push whose bytes are all staged, committing it first if asked."""
+        reply = pb.PushReply(version=header.version, bytes=nbytes, used_shm=used_shm)
+        if header.commit:
+            reply.evicted.extend(self._service.commit(header.version))
+            reply.committed = True
+        return reply
 
     @staticmethod
     def _write_chunk(session: PushSession, chunk: TensorChunk) -> None:

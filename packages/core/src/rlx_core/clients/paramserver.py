@@ -365,9 +365,8 @@ class ParamServerClient(ServiceClient):
         shard_axes: Mapping[str, int] | None = None,
         timeout: float | None = None,
     ) -> list[int]:
-        """Push and commit `version`; returns the versions the commit evicted."""
-        self.stage(version, tensors, shard_axes=shard_axes, timeout=timeout)
-        return self.commit(version)
+        """Push and commit `version` in one call; returns the versions the commit evicted."""
+        return self._send(version, tensors, shard_axes, timeout, commit=True).evicted[:]
 
     def stage(
         self,
@@ -383,6 +382,17 @@ class ParamServerClient(ServiceClient):
         chunks its storage along it, so a shard's slice reads few chunks. Waits server-side for
         room up to `timeout`, then raises ResourceExhausted.
         """
+        return int(self._send(version, tensors, shard_axes, timeout, commit=False).bytes)
+
+    def _send(
+        self,
+        version: int,
+        tensors: Mapping[str, np.ndarray],
+        shard_axes: Mapping[str, int] | None,
+        timeout: float | None,
+        *,
+        commit: bool,
+    ) -> pb.PushReply:
         arrays = {name: np.asarray(a) for name, a in tensors.items()}
         for array in arrays.values():
             dtype_from_name(dtype_name(array.dtype))  # refuse strings and objects up front
@@ -401,23 +411,28 @@ class ParamServerClient(ServiceClient):
                 )
                 for name, a in arrays.items()
             ],
+            commit=commit,
         )
         segment = None
         try:
             if self.fast_path:
+                # one unary call: the header and the segment (a stream costs a thread more)
                 segment = _Segment(sum(_padded(a.nbytes) for a in arrays.values()))
-                requests = self._shm_push(header, arrays, segment)
+                shm = self._shm_fill(arrays, segment)
+                reply = self._stub.PushShm(
+                    pb.PushShmRequest(header=header, shm=shm), timeout=timeout or self._timeout
+                )
             else:
-                requests = self._grpc_push(header, arrays)
-            try:
-                reply = self._stub.Push(requests, timeout=timeout or self._timeout)
-            except grpc.RpcError as e:
-                raise from_rpc_error(e, target=self.address) from None
+                reply = self._stub.Push(
+                    self._grpc_push(header, arrays), timeout=timeout or self._timeout
+                )
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, target=self.address) from None
         finally:
             if segment is not None:
                 segment.unlink()
         self.last_transport = "shm" if reply.used_shm else "grpc"
-        return int(reply.bytes)
+        return reply
 
     def _grpc_push(
         self, header: pb.PushHeader, arrays: Mapping[str, np.ndarray]
@@ -428,9 +443,8 @@ class ParamServerClient(ServiceClient):
                 yield pb.PushRequest(chunk=chunk)
 
     @staticmethod
-    def _shm_push(
-        header: pb.PushHeader, arrays: Mapping[str, np.ndarray], segment: _Segment
-    ) -> Iterator[pb.PushRequest]:
+    def _shm_fill(arrays: Mapping[str, np.ndarray], segment: _Segment) -> pb.ShmRef:
+        """Copy every tensor into `segment`; the reference naming where each one is."""
         ref = pb.ShmRef(path=segment.path)
         offset = 0
         for name, array in arrays.items():
@@ -438,8 +452,7 @@ class ParamServerClient(ServiceClient):
             segment.buffer[offset : offset + raw.size] = raw
             ref.entries.append(pb.ShmEntry(name=name, offset=offset, nbytes=raw.size))
             offset += _padded(raw.size)
-        yield pb.PushRequest(header=header)
-        yield pb.PushRequest(shm=ref)
+        return ref
 
     def commit(self, version: int) -> list[int]:
         """Make a staged version visible; returns the versions this evicted."""
@@ -816,7 +829,8 @@ def _padded(n: int) -> int:
 
 class ReplicatedPushClient:
     """Pushes each version to all R replicas in parallel and commits it only when every replica
-    has it staged; if any push fails, the others' staged copies are dropped."""
+    has it staged; if any push fails, the others' staged copies are dropped. With one replica,
+    staging and commit are one call."""
 
     def __init__(self, addresses: Sequence[str], **client_kwargs: object) -> None:
         if not addresses:
@@ -834,6 +848,16 @@ class ReplicatedPushClient:
         shard_axes: Mapping[str, int] | None = None,
         timeout: float | None = None,
     ) -> None:
+        if len(self.clients) == 1:
+            # one replica: stage and commit in one call (a failed push leaves nothing staged)
+            client = self.clients[0]
+            try:
+                client.push(version, tensors, shard_axes=shard_axes, timeout=timeout)
+            except RlxError as e:
+                raise type(e)(
+                    f"version {version} not committed: push to {client.address} failed: {e}"
+                ) from e
+            return
         start = time.monotonic()
         staged = [
             self._pool.submit(c.stage, version, tensors, shard_axes=shard_axes, timeout=timeout)

@@ -32,12 +32,22 @@ class TensorSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., shard_axis: _Optional[int] = ..., chunk_shape: _Optional[_Iterable[int]] = ..., sha256: _Optional[str] = ..., crc32c: _Optional[int] = ..., nbytes: _Optional[int] = ..., chunk_crc32c: _Optional[_Iterable[int]] = ..., store_key: _Optional[str] = ...) -> None: ...
 
 class PushHeader(_message.Message):
-    __slots__ = ("version", "tensors")
+    __slots__ = ("version", "tensors", "commit")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TENSORS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
     version: int
     tensors: _containers.RepeatedCompositeFieldContainer[TensorSpec]
-    def __init__(self, version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
+    commit: bool
+    def __init__(self, version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., commit: _Optional[bool] = ...) -> None: ...
+
+class PushShmRequest(_message.Message):
+    __slots__ = ("header", "shm")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SHM_FIELD_NUMBER: _ClassVar[int]
+    header: PushHeader
+    shm: ShmRef
+    def __init__(self, header: _Optional[_Union[PushHeader, _Mapping]] = ..., shm: _Optional[_Union[ShmRef, _Mapping]] = ...) -> None: ...
 
 class ShmRef(_message.Message):
     __slots__ = ("path", "entries")
@@ -68,14 +78,18 @@ class PushRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[PushHeader, _Mapping]] = ..., chunk: _Optional[_Union[_tensor_pb2.TensorChunk, _Mapping]] = ..., shm: _Optional[_Union[ShmRef, _Mapping]] = ...) -> None: ...
 
 class PushReply(_message.Message):
-    __slots__ = ("version", "bytes", "used_shm")
+    __slots__ = ("version", "bytes", "used_shm", "committed", "evicted")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     USED_SHM_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
     version: int
     bytes: int
     used_shm: bool
-    def __init__(self, version: _Optional[int] = ..., bytes: _Optional[int] = ..., used_shm: _Optional[bool] = ...) -> None: ...
+    committed: bool
+    evicted: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, version: _Optional[int] = ..., bytes: _Optional[int] = ..., used_shm: _Optional[bool] = ..., committed: _Optional[bool] = ..., evicted: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("version",)

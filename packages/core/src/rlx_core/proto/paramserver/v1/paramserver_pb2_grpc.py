@@ -39,6 +39,11 @@ class ParamServerStub:
                 request_serializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushRequest.SerializeToString,
                 response_deserializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushReply.FromString,
                 _registered_method=True)
+        self.PushShm = channel.unary_unary(
+                '/rlx.paramserver.v1.ParamServer/PushShm',
+                request_serializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushShmRequest.SerializeToString,
+                response_deserializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushReply.FromString,
+                _registered_method=True)
         self.Commit = channel.unary_unary(
                 '/rlx.paramserver.v1.ParamServer/Commit',
                 request_serializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.CommitRequest.SerializeToString,
@@ -82,6 +87,14 @@ class ParamServerServicer:
     def Push(self, request_iterator, context):
         """Stage a version: a PushHeader, then the bytes (TensorChunk messages, or one ShmRef on the
         same host). Not visible until Commit.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PushShm(self, request, context):
+        """Same host, in one call: the header and the segment holding every tensor's bytes (a stream
+        costs a thread and a round trip more).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -141,6 +154,11 @@ def add_ParamServerServicer_to_server(servicer, server):
             'Push': grpc.stream_unary_rpc_method_handler(
                     servicer.Push,
                     request_deserializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushRequest.FromString,
+                    response_serializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushReply.SerializeToString,
+            ),
+            'PushShm': grpc.unary_unary_rpc_method_handler(
+                    servicer.PushShm,
+                    request_deserializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushShmRequest.FromString,
                     response_serializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushReply.SerializeToString,
             ),
             'Commit': grpc.unary_unary_rpc_method_handler(
@@ -205,6 +223,33 @@ class ParamServer:
             target,
             '/rlx.paramserver.v1.ParamServer/Push',
             rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushRequest.SerializeToString,
+            rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushShm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rlx.paramserver.v1.ParamServer/PushShm',
+            rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushShmRequest.SerializeToString,
             rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushReply.FromString,
             options,
             channel_credentials,
