@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import threading
+import weakref
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -259,6 +260,52 @@ def test_stage_commit_and_drop_of_a_staged_version(server: Running) -> None:
             client.commit(2)
         client.drop(1)
         assert client.versions() == []
+
+
+def test_a_push_commits_in_its_own_call_and_frees_the_collected_version_aside(
+    make_server: Callable[..., Running], transport: str
+) -> None:
+    server = make_server(max_versions=1)
+    with server.client(shared_memory=TRANSPORTS[transport]) as client:
+        assert client.push(1, {"w": np.ones(4, np.float32)}) == []
+        assert client.versions() == [1] and client.versions_info().staged == ()
+        old = server.service.get(1)
+        gone = weakref.ref(old)
+        del old
+        # the commit of version 2 collects version 1 (max_versions=1) and says so
+        assert client.push(2, {"w": np.full(4, 2, np.float32)}) == [1]
+        assert client.versions() == [2]
+        server.service._reaper.drain()  # version 1 was dropped on the reaper's thread
+        assert gone() is None
+        assert same(client.pull(2)[1]["w"], np.full(4, 2, np.float32))
+
+
+def test_push_shm_needs_a_header_and_a_segment(server: Running) -> None:
+    channel = connect(server.address, token=TOKEN)
+    stub = pb_grpc.ParamServerStub(channel)
+    spec = pb.TensorSpec(name="w", dtype="float32", shape=[4])
+    try:
+        for request, match in [
+            (pb.PushShmRequest(shm=pb.ShmRef(path="/dev/shm/rlx-ps-x")), "header and a shm"),
+            (pb.PushShmRequest(header=pb.PushHeader(version=1, tensors=[spec])), "header and"),
+            (
+                pb.PushShmRequest(
+                    header=pb.PushHeader(version=1, tensors=[spec], commit=True),
+                    shm=pb.ShmRef(path="/dev/shm/rlx-ps-missing"),
+                ),
+                "not visible here",
+            ),
+        ]:
+            with pytest.raises((InvalidArgument, FailedPrecondition), match=match):
+                try:
+                    stub.PushShm(request, timeout=30)
+                except grpc.RpcError as e:
+                    raise from_rpc_error(e) from None
+    finally:
+        channel.close()
+    with server.client() as client:  # nothing was staged or committed
+        info = client.versions_info()
+        assert info.staged == () and info.versions == ()
 
 
 def test_shared_memory_negotiation(make_server: Callable[..., Running]) -> None:
