@@ -985,6 +985,27 @@ class Driver:
             max_workers=max(4, min(64, nworkers)), thread_name_prefix="score"
         )
         dispatched = step - 1
+        # batch b+1's rollouts are gathered, refilled and built on this thread while batch b
+        # trains (a pure function of its logged payloads, so where it runs changes nothing)
+        prep_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch")
+        prepared: dict[int, Future[tuple[TrainBatch, dict[str, Any], dict[str, Any]]]] = {}
+        halt = threading.Event()  # the loop ended: a batch being gathered stops waiting
+
+        def prepare(b: int) -> tuple[TrainBatch, dict[str, Any], dict[str, Any]]:
+            """Batch b from its units' scored rollouts (waiting for them), after dynamic
+            sampling's refills."""
+            payloads = []
+            for u in plans[b]:
+                while True:
+                    try:
+                        payloads.append(futures[u.unit_id].result(timeout=0.5))
+                        break
+                    except TimeoutError:
+                        if self._stop.is_set() or halt.is_set():
+                            raise Stop from None
+            refill = self._refill(b, payloads, gen_pools) if self.dynamic else {}
+            batch, info = self.build_batch(b, payloads)
+            return batch, info, refill
 
         def dispatch(newest_version: int) -> None:
             """Submit every batch whose version exists (generation runs ahead by lag)."""
@@ -1005,23 +1026,17 @@ class Driver:
                     self._lease.check()  # taken over elsewhere (--force): stop, write nothing
                 dispatch(b)
                 self.progress.phase = "training" if b >= replay_until else "replaying from log"
-                payloads = []
-                for u in plans[b]:
-                    while True:
-                        try:
-                            payloads.append(futures[u.unit_id].result(timeout=0.5))
-                            break
-                        except TimeoutError:
-                            if self._stop.is_set():
-                                raise Stop from None
-                refill = self._refill(b, payloads, gen_pools) if self.dynamic else {}
-                batch, info = self.build_batch(b, payloads)
+                ahead = prepared.pop(b, None)
+                batch, info, refill = ahead.result() if ahead is not None else prepare(b)
                 if self.dynamic and info["groups"] < cfg.batch.prompts:
                     self.log(
                         f"batch {b}: dynamic sampling found {info['groups']} of "
                         f"{cfg.batch.prompts} informative groups within its budget; "
                         "training on the smaller batch"
                     )
+                if b + 1 < cfg.steps and b + 1 in plans:
+                    # batch b+1 is out already (lag >= 1): gather and build it while b trains
+                    prepared[b + 1] = prep_pool.submit(prepare, b + 1)
                 t0 = time.monotonic()
                 result: StepResult = self._call(
                     functools.partial(self.trainer.train_step, batch, expected_step=b),
@@ -1091,6 +1106,8 @@ class Driver:
             self._settle_snapshot()
             raise
         finally:
+            halt.set()
+            prep_pool.shutdown(wait=False, cancel_futures=True)
             for pool in gen_pools:
                 pool.shutdown(wait=False, cancel_futures=True)
             for pool in gen_pools:
