@@ -96,22 +96,6 @@ def test_a_sample_does_not_depend_on_its_batch_mates_or_the_cache_size() -> None
     assert outputs(small.generate(unit())) == outputs(full)
 
 
-def test_samples_of_a_prompt_share_its_prefill_with_the_same_bits() -> None:
-    """G samples of a prompt: the prompt is computed once and its blocks copied to the others;
-    each sample is bit-identical to that (prompt, seed) generated alone, where nothing is shared."""
-    eng = engine()
-    shared = outputs(eng.generate(unit(g=4, seeds=tuple(range(300, 324)))))
-    assert eng.shared_prefills == 6 * 3  # 6 prompts, 3 of each 4 samples copied
-    assert eng.free_blocks == eng.total_blocks
-    for p, prompt in enumerate(PROMPTS):
-        for k in range(4):
-            seed = 300 + 4 * p + k
-            alone = engine()
-            got = outputs(alone.generate(unit((prompt,), g=1, seeds=(seed,))))
-            assert alone.shared_prefills == 0
-            assert got == shared[4 * p + k : 4 * p + k + 1], (p, k)
-
-
 def test_static_batching_gives_the_same_rollouts() -> None:
     assert outputs(engine(continuous=False).generate(unit())) == outputs(engine().generate(unit()))
 

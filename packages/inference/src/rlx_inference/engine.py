@@ -95,32 +95,6 @@ def _prefill_call(
     return tok, slp, mlp, cache
 
 
-@partial(jax.jit, static_argnums=(1,), donate_argnums=(2,))
-def _prefill_shared_call(
-    params: Params,
-    cfg: ModelConfig,
-    cache: PagedKVCache,
-    tokens: jax.Array,
-    lengths: jax.Array,
-    tables: jax.Array,
-    rows: jax.Array,
-    copy_from: jax.Array,
-    copy_to: jax.Array,
-    keys: jax.Array,
-    knobs: tuple[jax.Array, ...],
-) -> tuple[jax.Array, jax.Array, jax.Array, PagedKVCache]:
-    """Samples that share a prompt, prefilled once: each distinct prompt (tokens, lengths, tables
-    [U, ...]) is computed and written to its first sample's blocks, the blocks it fills are copied
-    to its other samples' (`copy_from` -> `copy_to` [M]; padding copies the sink onto itself),
-    and every sample row n (`rows` [N]: its prompt's row) draws its first token from its
-    prompt's last hidden state with its own key."""
-    hidden, cache = paged_prefill(params, cfg, tokens, lengths, tables, cache)
-    k = cache.k.at[:, :, copy_to].set(cache.k[:, :, copy_from])
-    v = cache.v.at[:, :, copy_to].set(cache.v[:, :, copy_from])
-    tok, slp, mlp = sample_rows(logits(params, cfg, hidden[rows]), keys, lengths[rows], *knobs)
-    return tok, slp, mlp, PagedKVCache(k, v)
-
-
 @partial(jax.jit, static_argnums=(1, 2, 3), donate_argnums=(4,))
 def _decode_call(
     params: Params,
@@ -211,7 +185,6 @@ class Engine:
         self.units_done = 0
         self.tokens_done = 0
         self.discarded_partial = 0
-        self.shared_prefills = 0  # samples whose prompt was copied from a sibling's, not computed
         self.last_tokens_per_s = 0.0
         self._tables = np.zeros((config.slots, self.width), np.int32)
 
@@ -376,78 +349,34 @@ class Engine:
     ) -> None:
         """Prefill `seqs`, longest first (ties in admission order), in groups whose rows x padded
         length fit the budget: similar lengths share a call, so little of it is padding. Each row
-        is computed on its own, so the grouping changes no number.
-
-        Samples with the same context (the G samples of a prompt, admitted together) are one
-        row: the prompt is computed once and its blocks copied to the others, which then draw
-        their own first tokens; the same bits as computing each (rows are independent), at 1/G
-        of the prefill's cost."""
+        is computed on its own, so the grouping changes no number."""
         budget = self.config.max_prefill_tokens
-        shared: dict[tuple[int, ...], list[_Seq]] = {}
-        for seq in sorted(seqs, key=lambda q: -len(q.context)):
-            shared.setdefault(tuple(seq.context), []).append(seq)
-        prompts = list(shared.values())
+        seqs = sorted(seqs, key=lambda q: -len(q.context))
         i = 0
-        while i < len(prompts):
-            group = [prompts[i]]
-            length = self._bucket_len(len(prompts[i][0].context))  # the longest of the group
-            for _ in prompts[i + 1 :]:
+        while i < len(seqs):
+            group = [seqs[i]]
+            length = self._bucket_len(len(seqs[i].context))  # the longest of the group
+            for _ in seqs[i + 1 :]:
                 if self._rows(len(group) + 1) * length > budget:
                     break
-                group.append(prompts[i + len(group)])
+                group.append(seqs[i + len(group)])
             i += len(group)
             rows = self._rows(len(group))
             tokens = np.zeros((rows, length), np.int32)
             lengths = np.zeros(rows, np.int32)
             tables = np.zeros((rows, self.width), np.int32)
-            for r, members in enumerate(group):
-                first = members[0]
-                ctx = first.context
+            keys = np.zeros((rows, 2), np.uint32)
+            for r, seq in enumerate(group):
+                ctx = seq.context
                 tokens[r, : len(ctx)] = ctx
                 lengths[r] = len(ctx)
-                tables[r, : len(first.blocks)] = first.blocks
-            samples = [seq for members in group for seq in members]
-            if len(samples) == len(group):
-                keys = np.zeros((rows, 2), np.uint32)
-                for r, seq in enumerate(samples):
-                    keys[r] = seq.key
-                tok, slp, mlp, self.cache = _prefill_call(
-                    self.params, self.cfg, self.cache, tokens, lengths, tables, keys, knobs
-                )
-            else:
-                n = self._rows(len(samples))
-                per_row = -(-length // self.config.block_size)  # blocks a prompt can fill
-                of_row = np.zeros(n, np.int32)
-                keys = np.zeros((n, 2), np.uint32)
-                copy_from = np.zeros(n * per_row, np.int32)  # 0 -> 0: the sink onto itself
-                copy_to = np.zeros(n * per_row, np.int32)
-                m = 0
-                j = 0
-                for r, members in enumerate(group):
-                    filled = -(-len(members[0].context) // self.config.block_size)
-                    for k, seq in enumerate(members):
-                        of_row[j], keys[j] = r, seq.key
-                        j += 1
-                        if k:
-                            copy_from[m : m + filled] = members[0].blocks[:filled]
-                            copy_to[m : m + filled] = seq.blocks[:filled]
-                            m += filled
-                self.shared_prefills += len(samples) - len(group)
-                tok, slp, mlp, self.cache = _prefill_shared_call(
-                    self.params,
-                    self.cfg,
-                    self.cache,
-                    tokens,
-                    lengths,
-                    tables,
-                    of_row,
-                    copy_from,
-                    copy_to,
-                    keys,
-                    knobs,
-                )
+                tables[r, : len(seq.blocks)] = seq.blocks
+                keys[r] = seq.key
+            tok, slp, mlp, self.cache = _prefill_call(
+                self.params, self.cfg, self.cache, tokens, lengths, tables, keys, knobs
+            )
             tok, slp, mlp = np.asarray(tok), np.asarray(slp), np.asarray(mlp)
-            for r, seq in enumerate(samples):
+            for r, seq in enumerate(group):
                 self._append(seq, int(tok[r]), float(slp[r]), float(mlp[r]), stops, stop_seqs)
 
     def _decode(
