@@ -431,6 +431,11 @@ class ParamServerClient(ServiceClient):
         finally:
             if segment is not None:
                 segment.unlink()
+        if commit and not reply.committed:  # a server that predates PushHeader.commit
+            raise FailedPrecondition(
+                f"{self.address}: version {version} was staged but not committed (the server "
+                "ignores PushHeader.commit: upgrade it, or stage() and commit())"
+            )
         self.last_transport = "shm" if reply.used_shm else "grpc"
         return reply
 
@@ -827,6 +832,11 @@ def _padded(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
+def _push_failed(version: int, address: str, error: RlxError) -> RlxError:
+    """`error`, retold as the version it kept from being committed and the replica it came from."""
+    return type(error)(f"version {version} not committed: push to {address} failed: {error}")
+
+
 class ReplicatedPushClient:
     """Pushes each version to all R replicas in parallel and commits it only when every replica
     has it staged; if any push fails, the others' staged copies are dropped. With one replica,
@@ -854,9 +864,7 @@ class ReplicatedPushClient:
             try:
                 client.push(version, tensors, shard_axes=shard_axes, timeout=timeout)
             except RlxError as e:
-                raise type(e)(
-                    f"version {version} not committed: push to {client.address} failed: {e}"
-                ) from e
+                raise _push_failed(version, client.address, e) from e
             return
         start = time.monotonic()
         staged = [
@@ -875,9 +883,8 @@ class ReplicatedPushClient:
                     with contextlib.suppress(RlxError):
                         client.drop(version)
             address, first = errors[0]
-            message = f"version {version} not committed: push to {address} failed: {first}"
             if isinstance(first, RlxError):
-                raise type(first)(message) from first
+                raise _push_failed(version, address, first) from first
             raise first
         commits = [self._pool.submit(c.commit, version) for c in self.clients]
         for client, commit in zip(self.clients, commits, strict=True):
