@@ -96,6 +96,48 @@ def test_a_sample_does_not_depend_on_its_batch_mates_or_the_cache_size() -> None
     assert outputs(small.generate(unit())) == outputs(full)
 
 
+def test_samples_of_a_prompt_share_its_prefill_with_the_same_bits() -> None:
+    """G samples of a prompt: the prompt is computed once and its blocks copied to the others;
+    each sample is bit-identical to that (prompt, seed) generated alone, where nothing is shared."""
+    eng = engine()
+    shared = outputs(eng.generate(unit(g=4, seeds=tuple(range(300, 324)))))
+    assert eng.shared_prefills == 6 * 3  # 6 prompts, 3 of each 4 samples copied
+    assert eng.free_blocks == eng.total_blocks
+    for p, prompt in enumerate(PROMPTS):
+        for k in range(4):
+            seed = 300 + 4 * p + k
+            alone = engine()
+            got = outputs(alone.generate(unit((prompt,), g=1, seeds=(seed,))))
+            assert alone.shared_prefills == 0
+            assert got == shared[4 * p + k : 4 * p + k + 1], (p, k)
+
+
+def test_a_first_token_does_not_depend_on_how_many_prompts_were_prefilled_with_it() -> None:
+    """At a real head (d 512, 32000 tokens), XLA's code for the final norm and the head changes
+    with the number of rows: the first token is drawn in a fixed-shape program, so a prompt
+    prefilled alone or with 1, 3, 7 or 15 others gets the same bits."""
+    cfg = tiny_config(vocab_size=32000, hidden_size=512, num_layers=1)
+    params = init_params(cfg, seed=1)
+    rng = np.random.default_rng(3)
+    others = tuple(tuple(int(t) for t in rng.integers(0, 32000, 20)) for _ in range(15))
+    target = tuple(int(t) for t in rng.integers(0, 32000, 20))
+    eng = Engine(cfg, params, EngineConfig(slots=16, block_size=16, cache_mib=64, max_context=32))
+    firsts = []
+    for n in (0, 1, 3, 7, 15):
+        prompts = (*others[:n], target)
+        result = eng.generate(
+            unit(
+                prompts,
+                g=1,
+                sampling=Sampling(temperature=1.0),
+                max_new_tokens=1,
+                seeds=(*range(7, 7 + n), 99),
+            )
+        )
+        firsts.append(outputs(result)[-1])
+    assert firsts == [firsts[0]] * 5
+
+
 def test_static_batching_gives_the_same_rollouts() -> None:
     assert outputs(engine(continuous=False).generate(unit())) == outputs(engine().generate(unit()))
 

@@ -37,6 +37,7 @@ from rlx_inference.blocks import BlockPool
 from rlx_inference.config import EngineConfig
 from rlx_inference.sampling import knobs_of, sample_rows, seed_keys
 from rlx_model import ModelConfig, Params, enable_compile_cache, logits, param_shapes
+from rlx_model.layers import rms_norm
 from rlx_model.paged import PagedKVCache, init_paged_cache, paged_decode_steps, paged_prefill
 
 __all__ = ["Engine", "enable_compile_cache", "params_from_flat"]
@@ -79,6 +80,14 @@ def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+# Rows of one first-token call: every prompt's last hidden state goes through the final norm, the
+# head and the draw in a program of this fixed shape, whatever the number of rows prefilled with
+# it. XLA's code for a reduction or a small matmul (and so its rounding) changes with the number
+# of rows: measured at the bench config, the final norm of a row differed between 4 and 8 rows and
+# its logits between 1, 2-32 and 64 rows, enough to flip a near-tie draw.
+FIRST_TOKEN_ROWS = 8
+
+
 @partial(jax.jit, static_argnums=(1,), donate_argnums=(2,))
 def _prefill_call(
     params: Params,
@@ -87,12 +96,45 @@ def _prefill_call(
     tokens: jax.Array,
     lengths: jax.Array,
     tables: jax.Array,
+) -> tuple[jax.Array, PagedKVCache]:
+    """Prompts (tokens, lengths, tables [P, ...]) written to their blocks; returns the last
+    layer's output at each prompt's last token [P, D] (before the final norm)."""
+    return paged_prefill(params, cfg, tokens, lengths, tables, cache, final_norm=False)
+
+
+@partial(jax.jit, static_argnums=(1,), donate_argnums=(2,))
+def _prefill_shared_call(
+    params: Params,
+    cfg: ModelConfig,
+    cache: PagedKVCache,
+    tokens: jax.Array,
+    lengths: jax.Array,
+    tables: jax.Array,
+    copy_from: jax.Array,
+    copy_to: jax.Array,
+) -> tuple[jax.Array, PagedKVCache]:
+    """As `_prefill_call` for prompts shared by several samples: each distinct prompt is computed
+    and written to its first sample's blocks, then the blocks it fills are copied to its other
+    samples' (`copy_from` -> `copy_to`; padding copies the sink onto itself)."""
+    x, cache = paged_prefill(params, cfg, tokens, lengths, tables, cache, final_norm=False)
+    k = cache.k.at[:, :, copy_to].set(cache.k[:, :, copy_from])
+    v = cache.v.at[:, :, copy_to].set(cache.v[:, :, copy_from])
+    return x, PagedKVCache(k, v)
+
+
+@partial(jax.jit, static_argnums=(1,))
+def _first_token_call(
+    params: Params,
+    cfg: ModelConfig,
+    x: jax.Array,
     keys: jax.Array,
+    positions: jax.Array,
     knobs: tuple[jax.Array, ...],
-) -> tuple[jax.Array, jax.Array, jax.Array, PagedKVCache]:
-    hidden, cache = paged_prefill(params, cfg, tokens, lengths, tables, cache)
-    tok, slp, mlp = sample_rows(logits(params, cfg, hidden), keys, lengths, *knobs)
-    return tok, slp, mlp, cache
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """FIRST_TOKEN_ROWS rows: last-layer output x [R, D], keys [R, 2], positions [R] -> each
+    row's first new token and its two log-probs."""
+    hidden = rms_norm(x, params["final_norm"], cfg.rms_norm_eps)
+    return sample_rows(logits(params, cfg, hidden), keys, positions, *knobs)
 
 
 @partial(jax.jit, static_argnums=(1, 2, 3), donate_argnums=(4,))
@@ -185,6 +227,7 @@ class Engine:
         self.units_done = 0
         self.tokens_done = 0
         self.discarded_partial = 0
+        self.shared_prefills = 0  # samples whose prompt was copied from a sibling's, not computed
         self.last_tokens_per_s = 0.0
         self._tables = np.zeros((config.slots, self.width), np.int32)
 
@@ -349,35 +392,89 @@ class Engine:
     ) -> None:
         """Prefill `seqs`, longest first (ties in admission order), in groups whose rows x padded
         length fit the budget: similar lengths share a call, so little of it is padding. Each row
-        is computed on its own, so the grouping changes no number."""
+        is computed on its own, so the grouping changes no number.
+
+        Samples with the same context (the G samples of a prompt, admitted together) are one
+        row: the prompt is computed once and its blocks copied to the others, which then draw
+        their own first tokens; the same bits as computing each (rows are independent), at 1/G
+        of the prefill's cost."""
         budget = self.config.max_prefill_tokens
-        seqs = sorted(seqs, key=lambda q: -len(q.context))
+        shared: dict[tuple[int, ...], list[_Seq]] = {}
+        for seq in sorted(seqs, key=lambda q: -len(q.context)):
+            shared.setdefault(tuple(seq.context), []).append(seq)
+        prompts = list(shared.values())
         i = 0
-        while i < len(seqs):
-            group = [seqs[i]]
-            length = self._bucket_len(len(seqs[i].context))  # the longest of the group
-            for _ in seqs[i + 1 :]:
+        while i < len(prompts):
+            group = [prompts[i]]
+            length = self._bucket_len(len(prompts[i][0].context))  # the longest of the group
+            for _ in prompts[i + 1 :]:
                 if self._rows(len(group) + 1) * length > budget:
                     break
-                group.append(seqs[i + len(group)])
+                group.append(prompts[i + len(group)])
             i += len(group)
             rows = self._rows(len(group))
             tokens = np.zeros((rows, length), np.int32)
             lengths = np.zeros(rows, np.int32)
             tables = np.zeros((rows, self.width), np.int32)
-            keys = np.zeros((rows, 2), np.uint32)
-            for r, seq in enumerate(group):
-                ctx = seq.context
+            for r, members in enumerate(group):
+                first = members[0]
+                ctx = first.context
                 tokens[r, : len(ctx)] = ctx
                 lengths[r] = len(ctx)
-                tables[r, : len(seq.blocks)] = seq.blocks
-                keys[r] = seq.key
-            tok, slp, mlp, self.cache = _prefill_call(
-                self.params, self.cfg, self.cache, tokens, lengths, tables, keys, knobs
-            )
+                tables[r, : len(first.blocks)] = first.blocks
+            samples = [seq for members in group for seq in members]
+            if len(samples) == len(group):
+                x, self.cache = _prefill_call(
+                    self.params, self.cfg, self.cache, tokens, lengths, tables
+                )
+                of_row = np.arange(len(samples))
+            else:
+                n = self._rows(len(samples))
+                per_row = -(-length // self.config.block_size)  # blocks a prompt can fill
+                of_row = np.zeros(len(samples), np.int64)
+                copy_from = np.zeros(n * per_row, np.int32)  # 0 -> 0: the sink onto itself
+                copy_to = np.zeros(n * per_row, np.int32)
+                m = 0
+                j = 0
+                for r, members in enumerate(group):
+                    filled = -(-len(members[0].context) // self.config.block_size)
+                    for k, seq in enumerate(members):
+                        of_row[j] = r
+                        j += 1
+                        if k:
+                            copy_from[m : m + filled] = members[0].blocks[:filled]
+                            copy_to[m : m + filled] = seq.blocks[:filled]
+                            m += filled
+                self.shared_prefills += len(samples) - len(group)
+                x, self.cache = _prefill_shared_call(
+                    self.params, self.cfg, self.cache, tokens, lengths, tables, copy_from, copy_to
+                )
+            self._first_tokens(samples, np.asarray(x)[of_row], knobs, stops, stop_seqs)
+
+    def _first_tokens(
+        self,
+        samples: list[_Seq],
+        x: np.ndarray,
+        knobs: tuple[np.generic, ...],
+        stops: set[int],
+        stop_seqs: list[list[int]],
+    ) -> None:
+        """Each prefilled sample's first token from its prompt's last-layer output x [S, D], in
+        calls of FIRST_TOKEN_ROWS rows (a fixed program: see there)."""
+        r = FIRST_TOKEN_ROWS
+        for at in range(0, len(samples), r):
+            chunk = samples[at : at + r]
+            rows = np.zeros((r, x.shape[1]), x.dtype)
+            rows[: len(chunk)] = x[at : at + r]
+            keys = np.zeros((r, 2), np.uint32)
+            positions = np.zeros(r, np.int32)
+            for j, seq in enumerate(chunk):
+                keys[j] = seq.key
+                positions[j] = len(seq.context)
+            tok, slp, mlp = _first_token_call(self.params, self.cfg, rows, keys, positions, knobs)
             tok, slp, mlp = np.asarray(tok), np.asarray(slp), np.asarray(mlp)
-            for r, seq in enumerate(group):
-                self._append(seq, int(tok[r]), float(slp[r]), float(mlp[r]), stops, stop_seqs)
+            for j, seq in enumerate(chunk):
+                self._append(seq, int(tok[j]), float(slp[j]), float(mlp[j]), stops, stop_seqs)
 
     def _decode(
         self,

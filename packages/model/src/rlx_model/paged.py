@@ -100,11 +100,16 @@ def paged_prefill(
     lengths: jax.Array,
     tables: jax.Array,
     cache: PagedKVCache,
+    *,
+    final_norm: bool = True,
 ) -> tuple[jax.Array, PagedKVCache]:
     """Prompts from position 0: tokens [P, T] (right-padded), lengths [P], tables [P, W].
 
     Returns the final hidden state at each row's last prompt token [P, D] and the cache with the
     prompts' keys and values written into their blocks. A row of length 0 writes only the sink.
+    `final_norm=False` returns the last layer's output there instead, before the final norm:
+    for a caller that runs the norm on a fixed number of rows (XLA's code for a reduction, and
+    so its rounding, can change with the number of rows).
     """
     p, t = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (p, t))
@@ -122,8 +127,9 @@ def paged_prefill(
     x, (ks, vs) = jax.lax.scan(step, x, params["layers"])
     last = jnp.clip(lengths - 1, 0, t - 1)
     x = jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]
-    hidden = rms_norm(x, params["final_norm"], cfg.rms_norm_eps)
-    return hidden, _write(cache, ks, vs, block, offset)
+    if final_norm:
+        x = rms_norm(x, params["final_norm"], cfg.rms_norm_eps)
+    return x, _write(cache, ks, vs, block, offset)
 
 
 def _decode_attention(
