@@ -80,14 +80,6 @@ def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-# Rows of one first-token call: every prompt's last hidden state goes through the final norm, the
-# head and the draw in a program of this fixed shape, whatever the number of rows prefilled with
-# it. XLA's code for a reduction or a small matmul (and so its rounding) changes with the number
-# of rows: measured at the bench config, the final norm of a row differed between 4 and 8 rows and
-# its logits between 1, 2-32 and 64 rows, enough to flip a near-tie draw.
-FIRST_TOKEN_ROWS = 8
-
-
 @partial(jax.jit, static_argnums=(1,), donate_argnums=(2,))
 def _prefill_call(
     params: Params,
@@ -131,8 +123,14 @@ def _first_token_call(
     positions: jax.Array,
     knobs: tuple[jax.Array, ...],
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """FIRST_TOKEN_ROWS rows: last-layer output x [R, D], keys [R, 2], positions [R] -> each
-    row's first new token and its two log-probs."""
+    """Last-layer output x [R, D], keys [R, 2], positions [R] -> each row's first new token and
+    its two log-probs. The engine always calls it with R = slots rows, whatever the number of
+    samples prefilled: XLA's code for a reduction or a small matmul, and so its rounding, changes
+    with the number of rows (at the bench config the final norm of a row differed between 4 and
+    8 rows and its logits between 1, 2-32 and 64 rows, enough to flip a near-tie draw), so a
+    sample's first token must come from one fixed program to be independent of its batch mates.
+    One call per prefill call (the samples admitted at a boundary fit the slots); at a small
+    vocabulary the call costs its dispatch, at 32000 tokens and 32 rows about 15 ms."""
     hidden = rms_norm(x, params["final_norm"], cfg.rms_norm_eps)
     return sample_rows(logits(params, cfg, hidden), keys, positions, *knobs)
 
@@ -460,8 +458,8 @@ class Engine:
         stop_seqs: list[list[int]],
     ) -> None:
         """Each prefilled sample's first token from its prompt's last-layer output x [S, D], in
-        calls of FIRST_TOKEN_ROWS rows (a fixed program: see there)."""
-        r = FIRST_TOKEN_ROWS
+        calls of `slots` rows (a fixed program: see `_first_token_call`)."""
+        r = self.config.slots
         for at in range(0, len(samples), r):
             chunk = samples[at : at + r]
             rows = np.zeros((r, x.shape[1]), x.dtype)
