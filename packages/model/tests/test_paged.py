@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rlx_model import forward, load_checkpoint, logits
-from rlx_model.paged import init_paged_cache, paged_decode_steps
+from rlx_model.paged import init_paged_cache, paged_decode_steps, split_layers
 from rlx_model.paged import paged_decode as _paged_decode
 from rlx_model.paged import paged_prefill as _paged_prefill
 
@@ -156,3 +156,30 @@ def test_several_steps_per_call_equal_full_forward_and_the_cache_holds_them(mode
                 np.testing.assert_allclose(got[-1][j], want, atol=1e-5, rtol=0)
         outs.append(np.concatenate(got))
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_split_layers_give_the_same_bits(model) -> None:
+    """The engine's form of the weights (one buffer per layer, `split_layers`) computes exactly
+    what the stacked form does, in prefill and in several decode steps per call."""
+    cfg, params = model
+    split = split_layers(params)
+    assert isinstance(split["layers"], tuple) and len(split["layers"]) == cfg.num_layers
+    assert split_layers(split) is split
+    rng = np.random.default_rng(4)
+    rows, total = 3, 16
+    tokens = rng.integers(0, cfg.vocab_size, (rows, total)).astype(np.int32)
+    lengths = np.array([5, 9, 1], np.int32)
+    tables = _tables(rng, rows, W, NB)
+    prompt = np.where(np.arange(12)[None] < lengths[:, None], tokens[:, :12], 0)
+    run = _forced_steps(cfg, params, tokens, steps=4, span_blocks=6)
+    outs = []
+    for p in (params, split):
+        hidden, cache = paged_prefill(
+            p, cfg, prompt, lengths, tables, init_paged_cache(cfg, NB, BS)
+        )
+        steps, cache = run(p, tokens[np.arange(rows), lengths], lengths, tables, cache, tokens)
+        outs.append(
+            (np.asarray(hidden), np.asarray(steps), np.asarray(cache.k), np.asarray(cache.v))
+        )
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -38,7 +38,13 @@ from rlx_inference.config import EngineConfig
 from rlx_inference.sampling import knobs_of, sample_rows, seed_keys
 from rlx_model import ModelConfig, Params, enable_compile_cache, logits, param_shapes
 from rlx_model.layers import rms_norm
-from rlx_model.paged import PagedKVCache, init_paged_cache, paged_decode_steps, paged_prefill
+from rlx_model.paged import (
+    PagedKVCache,
+    init_paged_cache,
+    paged_decode_steps,
+    paged_prefill,
+    split_layers,
+)
 
 __all__ = ["Engine", "enable_compile_cache", "params_from_flat"]
 
@@ -51,7 +57,8 @@ _NP = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(jnp.bfloat16)}
 
 def params_from_flat(cfg: ModelConfig, flat: Mapping[str, np.ndarray]) -> Params:
     """'/'-path -> array (what the paramserver holds) into the params pytree on device, every
-    tensor checked against the config's shapes and cast to its param dtype."""
+    tensor checked against the config's shapes and cast to its param dtype, with the layers
+    split into one dict per layer (`split_layers`: the form the engine computes with)."""
     shapes = param_shapes(cfg)
     missing = sorted(set(shapes) - set(flat))
     extra = sorted(set(flat) - set(shapes))
@@ -72,8 +79,10 @@ def params_from_flat(cfg: ModelConfig, flat: Mapping[str, np.ndarray]) -> Params
         *parents, leaf = path.split("/")
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = jax.device_put(array.astype(dtype, copy=False))
-    return tree
+        node[leaf] = array.astype(dtype, copy=False)
+    layers = tree.pop("layers")
+    split = tuple(jax.tree.map(lambda a, i=i: a[i], layers) for i in range(cfg.num_layers))
+    return jax.device_put({**tree, "layers": split})
 
 
 def _pow2(n: int) -> int:
@@ -219,7 +228,7 @@ class Engine:
             )
         self.pool = BlockPool(num_blocks, config.block_size)
         self.cache = init_paged_cache(cfg, num_blocks, config.block_size)
-        self.params = params
+        self.params = split_layers(params) if params is not None else None
         self.version = version if params is not None else None
         self.progress = Progress()
         self.units_done = 0
@@ -233,7 +242,7 @@ class Engine:
 
     def set_params(self, params: Params, version: int) -> None:
         """Swap in new weights (between units; mid-unit swaps go through `generate`'s poll)."""
-        self.params = params
+        self.params = split_layers(params)
         self.version = version
 
     # --- the unit -------------------------------------------------------------------------
