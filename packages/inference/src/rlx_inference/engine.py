@@ -97,27 +97,18 @@ def _prefill_call(
     tokens: jax.Array,
     lengths: jax.Array,
     tables: jax.Array,
+    copies: tuple[jax.Array, jax.Array] | None = None,
 ) -> tuple[jax.Array, PagedKVCache]:
     """Prompts (tokens, lengths, tables [P, ...]) written to their blocks; returns the last
-    layer's output at each prompt's last token [P, D] (before the final norm)."""
-    return paged_prefill(params, cfg, tokens, lengths, tables, cache, final_norm=False)
+    layer's output at each prompt's last token [P, D] (before the final norm).
 
-
-@partial(jax.jit, static_argnums=(1,), donate_argnums=(2,))
-def _prefill_shared_call(
-    params: Params,
-    cfg: ModelConfig,
-    cache: PagedKVCache,
-    tokens: jax.Array,
-    lengths: jax.Array,
-    tables: jax.Array,
-    copy_from: jax.Array,
-    copy_to: jax.Array,
-) -> tuple[jax.Array, PagedKVCache]:
-    """As `_prefill_call` for prompts shared by several samples: each distinct prompt is computed
-    and written to its first sample's blocks, then the blocks it fills are copied to its other
-    samples' (`copy_from` -> `copy_to`; padding copies the sink onto itself)."""
+    For prompts shared by several samples, each distinct prompt is computed into its first
+    sample's blocks and `copies` = (from, to) block ids then copies the blocks it fills to its
+    other samples' (padding copies the sink onto itself)."""
     x, cache = paged_prefill(params, cfg, tokens, lengths, tables, cache, final_norm=False)
+    if copies is None:
+        return x, cache
+    copy_from, copy_to = copies
     k = cache.k.at[:, :, copy_to].set(cache.k[:, :, copy_from])
     v = cache.v.at[:, :, copy_to].set(cache.v[:, :, copy_from])
     return x, PagedKVCache(k, v)
@@ -453,8 +444,14 @@ class Engine:
                             copy_to[m : m + filled] = seq.blocks[:filled]
                             m += filled
                 self.shared_prefills += len(samples) - len(group)
-                x, self.cache = _prefill_shared_call(
-                    self.params, self.cfg, self.cache, tokens, lengths, tables, copy_from, copy_to
+                x, self.cache = _prefill_call(
+                    self.params,
+                    self.cfg,
+                    self.cache,
+                    tokens,
+                    lengths,
+                    tables,
+                    (copy_from, copy_to),
                 )
             self._first_tokens(samples, np.asarray(x)[of_row], knobs, stops, stop_seqs)
 
