@@ -17,6 +17,7 @@ from rlx_cli._version import __version__
 from rlx_cli.model_cmd import model_app
 from rlx_cli.plot_cmd import register as register_plot
 from rlx_cli.prefilter_cmd import prefilter
+from rlx_cli.provision_cmd import provision_app
 from rlx_cli.ps_cmd import ps_app
 from rlx_cli.snapshot_cmd import snapshot_app
 from rlx_cli.up_cmd import register as register_up
@@ -46,6 +47,7 @@ app = typer.Typer(
 
 app.add_typer(model_app, name="model")
 app.add_typer(ps_app, name="ps")
+app.add_typer(provision_app, name="provision")
 app.add_typer(snapshot_app, name="snapshot")
 register_up(app)
 register_plot(app)

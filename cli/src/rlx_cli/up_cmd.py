@@ -36,6 +36,7 @@ __all__ = ["register"]
 
 console = Console(stderr=True)
 
+PROVIDERS = ("local", "gcp-tpu")
 STATUS_TIMEOUT_S = 3.0  # per inference worker asked by `rlx status`
 ETA_WINDOW = 20  # steps whose median time sets the ETA
 
@@ -143,6 +144,10 @@ def _drive(cfg: Any, paths: RunPaths, resume: bool, force: bool = False) -> None
     finally:
         log_file.close()
     _finish(summary, paths)
+    if cfg.services.provider == "gcp-tpu":
+        typer.echo(
+            f"  TPU nodes          still up: `rlx provision delete {paths.uri}` deletes them"
+        )
 
 
 def _resume_command(paths: RunPaths) -> str:
@@ -198,13 +203,24 @@ def up(
     ),
     work_dir: Path | None = typer.Option(None, "--work-dir", help=WORK_DIR_HELP),
     overrides: list[str] = typer.Option([], "--set", help="KEY=VALUE override of the config."),
+    provider: str | None = typer.Option(
+        None,
+        "--provider",
+        help="local: every service a process on this machine; gcp-tpu: on TPU VMs of the "
+        "config's [provision] table (provisioned first, as `rlx provision apply` does); "
+        "default: the config's services.provider (local).",
+    ),
 ) -> None:
-    """Start every service locally and train (the built-in demo without CONFIG)."""
+    """Start every service and train (the built-in demo without CONFIG)."""
     from rlx_controller.lease import read_holder
     from rlx_controller.rundir import CONFIG_FILE
     from rlx_controller.snapshot import SnapshotStore
     from rlx_core.config import to_toml
 
+    if provider is not None:
+        if provider not in PROVIDERS:
+            _fail(f"--provider {provider!r}: one of {', '.join(PROVIDERS)}")
+        overrides = [*overrides, f"services.provider={provider}"]
     if run_dir is None and config is not None:
         from rlx_controller.run_config import load_run_config
 

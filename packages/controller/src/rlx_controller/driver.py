@@ -360,10 +360,21 @@ class Driver:
 
     # --- services ---------------------------------------------------------------------------
     def _start_services(self) -> None:
-        token = self.work_dir / "token"
-        create_token_file(token)  # a fresh token for every start
-        kill_stale_services(self.work_dir, self.log)
-        self.services = RunServices(self.cfg, self.paths, token)
+        if self.cfg.services.provider == "gcp-tpu":
+            from rlx_controller.tpu_services import TpuRunServices, tpu_token_file
+
+            self.services = TpuRunServices(
+                self.cfg,
+                self.paths,
+                tpu_token_file(self.cfg),
+                log=self.log,
+                on_preempted=self.request_stop,
+            )
+        else:
+            token = self.work_dir / "token"
+            create_token_file(token)  # a fresh token for every start
+            kill_stale_services(self.work_dir, self.log)
+            self.services = RunServices(self.cfg, self.paths, token)
         self.progress.phase = "starting services"
         shown: dict[str, float] = {}
 
@@ -911,6 +922,11 @@ class Driver:
             try:
                 return self._run_from_snapshot()
             except ComponentFailed as e:
+                if self._stop.is_set():
+                    # stopping anyway (a preempted node, a signal): the newest snapshot is
+                    # where `rlx resume` continues
+                    self.log(f"{e}; stopping ({self._stop_reason}) at the newest snapshot")
+                    return self._stopped_summary()
                 recoveries += 1
                 if recoveries > self.max_recoveries:
                     raise
@@ -919,6 +935,19 @@ class Driver:
                 self._close_clients()
                 self.services.restart_dead(self.log)
                 self._connect()
+
+    def _stopped_summary(self) -> RunSummary:
+        snap = self.snapshots.latest()
+        times = self._train_times[3:] or self._train_times or [0.0]
+        return RunSummary(
+            steps=0 if snap is None else snap.step,
+            heldout_before=None,
+            heldout_after=None,
+            params_hash="" if snap is None else snap.params_hash,
+            wall_s=0.0,
+            train_s_per_step=float(np.median(times)),
+            stopped=True,
+        )
 
     def _install_signals(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():

@@ -27,6 +27,7 @@ from rlx_core.errors import ConfigError, NotFound
 from rlx_core.storage import open_storage
 
 __all__ = [
+    "POOLS",
     "PRESETS",
     "AlgorithmConfig",
     "BatchConfig",
@@ -35,7 +36,9 @@ __all__ = [
     "EvalConfig",
     "ModelSpec",
     "OptimizerSettings",
+    "PoolConfig",
     "PrefilterConfig",
+    "ProvisionConfig",
     "RunConfig",
     "SamplingConfig",
     "ServicesConfig",
@@ -305,7 +308,9 @@ class SamplingConfig:
 class ServicesConfig:
     """Which services run the job: started locally, or already running at addresses."""
 
-    provider: Literal["local", "external"] = "local"  # local: processes on 127.0.0.1
+    # local: processes on 127.0.0.1; gcp-tpu: on TPU VMs that [provision] describes (rlx
+    # provision); external: already running at the addresses below
+    provider: Literal["local", "external", "gcp-tpu"] = "local"
     inference_workers: int = 1  # inference processes, >= 1
     paramserver_replicas: int = 1  # paramserver processes, >= 1, <= inference_workers
     verifier_workers: int = 1  # verifier processes, >= 1
@@ -348,7 +353,8 @@ class ServicesConfig:
                 )
         elif any(lists.values()) or self.trainer_address:
             raise ConfigError(
-                'addresses are only for provider = "external" (the local provider starts its own)',
+                'addresses are only for provider = "external" (the other providers start their '
+                "own services)",
                 field="provider",
                 value=self.provider,
             )
@@ -412,6 +418,133 @@ class EvalConfig:
         _at_least(self, 0, "max_prompts")
 
 
+# The pools of `[provision]`, one per service kind.
+POOLS = ("trainer", "inference", "paramserver", "verifier")
+# pools that can hold the services of another (they have nodes of their own)
+_HOST_POOLS = ("trainer", "inference")
+_RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolConfig:
+    """The machines of one kind of service on Cloud TPU: TPU slices of their own, or the hosts
+    of another pool (`colocate`)."""
+
+    accelerator_type: str = ""  # TPU type of each slice, e.g. "v5p-8", "v5litepod-16", "v6e-8"
+    # a CPU machine type (n2-standard-32, ...): needs Compute Engine, which rlx does not drive
+    # yet; colocate the pool instead
+    machine_type: str = ""
+    colocate: str = ""  # run on the hosts of this pool ("trainer" or "inference") instead
+    count: int = 0  # slices; 0 = as many as [services] asks (1 for the trainer)
+    capacity: Literal["on-demand", "spot", "reserved"] = "on-demand"
+    reservation: str = ""  # capacity = "reserved": the reservation's full resource name
+    runtime_version: str = ""  # TPU VM image; "" = provision.runtime_version
+    network: str = ""  # VPC network; "" = provision.network
+    subnetwork: str = ""  # "" = provision.subnetwork
+
+    def __post_init__(self) -> None:
+        _at_least(self, 0, "count")
+        if self.machine_type:
+            raise ConfigError(
+                "the gcp-tpu provider creates TPU VMs through the Cloud TPU API; CPU machine "
+                'types need Compute Engine, which rlx does not drive yet: use colocate = "trainer" '
+                "or \"inference\" (the pool's services run on those hosts' CPUs) or a small "
+                "accelerator_type",
+                field="machine_type",
+                value=self.machine_type,
+            )
+        if bool(self.accelerator_type) == bool(self.colocate):
+            raise ConfigError(
+                "give exactly one of accelerator_type (slices of its own) and colocate",
+                field="accelerator_type",
+                value=self.accelerator_type,
+            )
+        if self.colocate and self.colocate not in _HOST_POOLS:
+            raise ConfigError(
+                f"must name a pool with slices of its own: one of {', '.join(_HOST_POOLS)}",
+                field="colocate",
+                value=self.colocate,
+            )
+        if self.accelerator_type and not re.match(r"^[a-z0-9]+-\d+$", self.accelerator_type):
+            raise ConfigError(
+                "must be a Cloud TPU accelerator type such as v5p-8, v5litepod-16, v6e-8",
+                field="accelerator_type",
+                value=self.accelerator_type,
+            )
+        if (self.capacity == "reserved") != bool(self.reservation):
+            raise ConfigError(
+                'reservation is needed with capacity = "reserved", and only then',
+                field="reservation",
+                value=self.reservation,
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProvisionConfig:
+    """Where `rlx provision` and `rlx up --provider gcp-tpu` create the run's TPU VMs."""
+
+    project: str  # Google Cloud project id
+    zone: str  # e.g. "us-east5-a": where the queued resources are created
+    # Secret Manager secret holding the run token; every node reads it at boot (never inline)
+    token_secret: str
+    # this machine's copy of the same token (the controller's); "" = ~/.config/rlx/token
+    token_file: str = ""
+    runtime_version: str = "v2-alpha-tpuv5"  # TPU VM image of the pools that set none
+    network: str = "default"  # VPC network of the pools that set none
+    subnetwork: str = ""  # "" = the network's default for the zone
+    service_account: str = ""  # email the nodes run as; "" = the project's default
+    name: str = ""  # prefix of resource names ([a-z0-9-]); "" = derived from run_dir
+    install: str = ""  # pip arguments the nodes install rlx with; "" = rlx at this version
+    base_port: int = 50100  # services listen on base_port, base_port + 1, ... of their hosts
+    poll_s: float = 30.0  # seconds between checks of the nodes' states (apply, preemption)
+    labels: dict[str, str] = field(default_factory=dict)  # added to every queued resource
+    trainer: PoolConfig = field(default_factory=lambda: PoolConfig(accelerator_type="v5p-8"))
+    inference: PoolConfig = field(default_factory=lambda: PoolConfig(accelerator_type="v5p-8"))
+    paramserver: PoolConfig = field(default_factory=lambda: PoolConfig(colocate="inference"))
+    verifier: PoolConfig = field(default_factory=lambda: PoolConfig(colocate="inference"))
+
+    def __post_init__(self) -> None:
+        for name in ("project", "zone", "token_secret", "runtime_version", "network"):
+            if not getattr(self, name):
+                raise ConfigError("is empty", field=name)
+        if self.name and not (_RESOURCE_NAME.match(self.name) and len(self.name) <= 30):
+            raise ConfigError(
+                "must be lowercase letters, digits and '-', start with a letter, <= 30 chars",
+                field="name",
+                value=self.name,
+            )
+        if not self.poll_s > 0:
+            raise ConfigError("must be > 0", field="poll_s", value=self.poll_s)
+        if not 1024 <= self.base_port <= 65000:
+            raise ConfigError("must be within 1024-65000", field="base_port", value=self.base_port)
+        for key, value in self.labels.items():
+            if not (
+                re.match(r"^[a-z][a-z0-9_-]{0,62}$", key) and re.match(r"^[a-z0-9_-]{0,63}$", value)
+            ):
+                raise ConfigError(
+                    "label keys and values: lowercase letters, digits, '_' and '-' (keys start "
+                    "with a letter), <= 63 chars",
+                    field=f"labels.{key}",
+                    value=value,
+                )
+        if self.trainer.colocate:
+            raise ConfigError(
+                "the trainer needs slices of its own: give accelerator_type",
+                field="trainer.colocate",
+                value=self.trainer.colocate,
+            )
+        if self.trainer.count > 1:
+            raise ConfigError(
+                "one trainer slice (a bigger accelerator_type makes it bigger)",
+                field="trainer.count",
+                value=self.trainer.count,
+            )
+
+    def pool(self, name: str) -> PoolConfig:
+        pool: PoolConfig = getattr(self, name)
+        return pool
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """Everything `rlx up` reads from a run's TOML file."""
@@ -431,6 +564,8 @@ class RunConfig:
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     prefilter: PrefilterConfig = field(default_factory=PrefilterConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    # the TPU VMs of `services.provider = "gcp-tpu"` (rlx provision); absent for local runs
+    provision: ProvisionConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.run_dir:
@@ -466,6 +601,39 @@ class RunConfig:
                 value=self.batch.group_size,
             )
 
+        self._check_provision()
+
+    def _check_provision(self) -> None:
+        if self.services.provider != "gcp-tpu":
+            return
+        if self.provision is None:
+            raise ConfigError(
+                'services.provider = "gcp-tpu" needs a [provision] table (project, zone, '
+                "token_secret, pools)",
+                field="provision",
+            )
+        if not re.match(r"^(gs|s3)://", self.run_dir):
+            raise ConfigError(
+                "the TPU VMs read their service configs from the run directory: it must be "
+                "gs://bucket/prefix (or s3://)",
+                field="run_dir",
+                value=self.run_dir,
+            )
+        svc, p = self.services, self.provision
+        wanted = {
+            "inference": ("services.inference_workers", svc.inference_workers),
+            "paramserver": ("services.paramserver_replicas", svc.paramserver_replicas),
+            "verifier": ("services.verifier_workers", svc.verifier_workers),
+        }
+        for pool, (name, n) in wanted.items():
+            count = p.pool(pool).count
+            if count and p.pool(pool).accelerator_type and count != n:
+                raise ConfigError(
+                    f"one slice per service: {name} is {n}",
+                    field=f"provision.{pool}.count",
+                    value=count,
+                )
+
     @property
     def dynamic_sampling_enabled(self) -> bool:
         if self.dynamic_sampling.enabled is not None:
@@ -489,8 +657,14 @@ def load_run_config(path: str | os.PathLike[str], *, overrides: tuple[str, ...] 
 
 
 def config_hash(cfg: RunConfig) -> str:
-    """sha256 of the config's canonical TOML (comments off): equal configs, equal hashes."""
-    return hashlib.sha256(to_toml(cfg, comments=False).encode()).hexdigest()
+    """sha256 of the config's canonical TOML (comments off): equal configs, equal hashes. The
+    [provision] table is left out: where the machines are (zone, capacity) may change between a
+    preemption and its resume, and leaves the results as they are."""
+    import copy
+
+    bare = copy.copy(cfg)
+    object.__setattr__(bare, "provision", None)  # a copy without it (no checks to run again)
+    return hashlib.sha256(to_toml(bare, comments=False).encode()).hexdigest()
 
 
 def split_uri(uri: str) -> tuple[str, str]:

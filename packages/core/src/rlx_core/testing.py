@@ -155,7 +155,7 @@ def new_root(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str, s
         if backend == "gcs":
             request.getfixturevalue("gcs_env")
             from google.auth.credentials import AnonymousCredentials
-            from google.cloud import storage
+            from google.cloud import storage  # type: ignore[attr-defined, unused-ignore]
 
             storage.Client(project="test", credentials=AnonymousCredentials()).create_bucket(bucket)
             return f"gs://{bucket}/{prefix}"

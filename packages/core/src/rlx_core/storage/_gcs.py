@@ -41,7 +41,7 @@ class GCSStorage(Storage):
 
     def _make_client(self) -> Any:
         from google.auth.exceptions import GoogleAuthError
-        from google.cloud import storage
+        from google.cloud import storage  # type: ignore[attr-defined, unused-ignore]
 
         if os.environ.get("STORAGE_EMULATOR_HOST"):
             from google.auth.credentials import AnonymousCredentials

@@ -1,0 +1,228 @@
+"""`rlx provision`: the TPU VMs of a run, through the Cloud TPU API (queued resources).
+
+rlx provision plan CONFIG       # what would be created (a table); calls nothing
+rlx provision apply CONFIG      # create what is missing, wait until every node is ACTIVE
+rlx provision list CONFIG       # the run's queued resources and their states (--all: every run)
+rlx provision delete CONFIG     # delete them (asks first; --yes does not)
+
+CONFIG is a run config with a [provision] table, or a run directory `rlx up` made (its saved
+config is read). `rlx up CONFIG --provider gcp-tpu` runs `apply` itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rlx_core.errors import RlxError
+
+__all__ = ["load_tpu_config", "provision_app", "show_progress"]
+
+console = Console(stderr=True)
+
+provision_app = typer.Typer(
+    help="Create, list and delete a run's TPU VMs (Cloud TPU API, queued resources).",
+    no_args_is_help=True,
+)
+
+TARGET_HELP = "A run config TOML with a [provision] table, or the run directory of `rlx up`."
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"rlx: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def load_tpu_config(target: str, overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    """The RunConfig of a config file or a run directory, as a gcp-tpu run (so every check of
+    that provider applies); exits with the error naming the field."""
+    from rlx_controller.run_config import load_run_config, loads_run_config
+    from rlx_controller.rundir import CONFIG_FILE
+    from rlx_core.storage import open_storage
+
+    sets = ("services.provider=gcp-tpu", *overrides)
+    try:
+        if target.endswith(".toml"):
+            return load_run_config(target, overrides=sets)
+        storage = open_storage(target)
+        if not storage.exists(CONFIG_FILE):
+            _fail(f"{target}: neither a .toml config nor a run directory (no {CONFIG_FILE})")
+        return loads_run_config(storage.get(CONFIG_FILE).decode(), overrides=sets)
+    except RlxError as e:
+        _fail(f"{type(e).__name__}: {e}")
+
+
+def _plan(target: str, overrides: list[str]) -> Any:
+    from rlx_controller.provision import make_plan
+
+    cfg = load_tpu_config(target, overrides)
+    try:
+        return make_plan(cfg)
+    except RlxError as e:
+        _fail(f"{type(e).__name__}: {e}")
+
+
+def plan_table(plan: Any) -> Table:
+    table = Table(
+        title=f"rlx provision: run {plan.name} in {plan.project}/{plan.zone}",
+        caption=f"run directory {plan.run_dir}; {len(plan.nodes)} queued resources",
+    )
+    for col in ("queued resource / node", "pool", "accelerator", "capacity", "runtime", "network"):
+        table.add_column(col)
+    table.add_column("services (port)")
+    for n in plan.nodes:
+        capacity = n.capacity if n.capacity != "reserved" else f"reserved {n.reservation}"
+        network = n.network + (f"/{n.subnetwork}" if n.subnetwork else "")
+        services = ", ".join(f"{s.name} ({s.port})" for s in n.services)
+        table.add_row(
+            n.node_id, n.pool, n.accelerator_type, capacity, n.runtime_version, network, services
+        )
+    return table
+
+
+OVERRIDES_OPT = typer.Option([], "--set", help="KEY=VALUE override of the config.")
+
+
+@provision_app.command("plan")
+def plan_cmd(
+    target: str = typer.Argument(..., help=TARGET_HELP),
+    overrides: list[str] = OVERRIDES_OPT,
+    show_script: str | None = typer.Option(
+        None, "--script", help="Also print the startup script of this node."
+    ),
+) -> None:
+    """Print what `apply` would create (one queued resource per node), calling nothing."""
+    from rlx_controller.provision import startup_script
+
+    plan = _plan(target, overrides)
+    Console(width=max(140, Console().width)).print(plan_table(plan))
+    if show_script is not None:
+        try:
+            node = plan.node(show_script)
+        except KeyError:
+            _fail(
+                f"no node {show_script!r} in the plan: {', '.join(n.node_id for n in plan.nodes)}"
+            )
+        typer.echo(startup_script(plan, node))
+
+
+def show_progress(log: Any = None) -> Any:
+    """An `on_progress(states, elapsed)` for TpuApi.apply: a line per change of the states (and
+    every minute), to `log` or stderr."""
+    last: dict[str, Any] = {"text": "", "at": -60.0}
+
+    def on_progress(states: dict[str, Any], elapsed: float) -> None:
+        text = ", ".join(
+            f"{s.node_id} {s.state}{' ' + s.reason if s.reason else ''}" for s in states.values()
+        )
+        if text != last["text"] or elapsed - last["at"] >= 60:
+            last["text"], last["at"] = text, elapsed
+            line = f"[{elapsed:5.0f} s] {text}"
+            (log or console.print)(line)
+
+    return on_progress
+
+
+@provision_app.command("apply")
+def apply_cmd(
+    target: str = typer.Argument(..., help=TARGET_HELP),
+    overrides: list[str] = OVERRIDES_OPT,
+    poll_s: float = typer.Option(10.0, "--poll", help="Seconds between state checks."),
+    timeout_s: float | None = typer.Option(
+        None, "--timeout", help="Give up waiting after this many seconds (nothing is deleted)."
+    ),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until every node is ACTIVE."),
+) -> None:
+    """Create the run's queued resources that are missing (re-create preempted or failed ones)
+    and wait until every node is ACTIVE. Running it twice creates nothing new."""
+    from rlx_controller.providers.gcp_tpu import TpuApi
+    from rlx_controller.provision import startup_script
+
+    plan = _plan(target, overrides)
+    try:
+        api = TpuApi.connect(plan.project, plan.zone)
+        try:
+            done = api.apply(
+                plan,
+                lambda node: startup_script(plan, node),
+                on_progress=show_progress(),
+                poll_s=poll_s,
+                timeout_s=timeout_s,
+                wait=wait,
+            )
+        finally:
+            api.close()
+    except RlxError as e:
+        _fail(f"{type(e).__name__}: {e}")
+    for node_id, what in done.items():
+        typer.echo(f"{node_id}: {what}")
+    state = "ACTIVE" if wait else "requested"
+    typer.echo(f"rlx: {len(done)} nodes of run {plan.name} {state}")
+
+
+@provision_app.command("list")
+def list_cmd(
+    target: str = typer.Argument(..., help=TARGET_HELP),
+    every_run: bool = typer.Option(
+        False, "--all", help="Every rlx run's queued resources in the zone, not only this one's."
+    ),
+) -> None:
+    """The queued resources of the run (or, with --all, of every rlx run) and their states."""
+    from rlx_controller.providers.gcp_tpu import TpuApi
+
+    plan = _plan(target, [])
+    try:
+        api = TpuApi.connect(plan.project, plan.zone)
+        try:
+            rows = api.list_run("" if every_run else plan.name)
+        finally:
+            api.close()
+    except RlxError as e:
+        _fail(f"{type(e).__name__}: {e}")
+    table = Table(title=f"rlx queued resources in {plan.project}/{plan.zone}")
+    for col in ("queued resource", "run", "pool", "accelerator", "state"):
+        table.add_column(col)
+    for s in rows:
+        labels = s.labels or {}
+        state = s.state + (f" {s.reason}" if s.reason else "")
+        table.add_row(
+            s.node_id,
+            labels.get("rlx-run", ""),
+            labels.get("rlx-pool", ""),
+            s.accelerator_type,
+            state,
+        )
+    Console(width=max(120, Console().width)).print(table)
+    if not rows:
+        typer.echo("rlx: none")
+
+
+@provision_app.command("delete")
+def delete_cmd(
+    target: str = typer.Argument(..., help=TARGET_HELP),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
+) -> None:
+    """Delete the run's queued resources and their TPU VMs (the run directory stays: `rlx
+    resume` provisions them again)."""
+    from rlx_controller.providers.gcp_tpu import TpuApi
+
+    plan = _plan(target, [])
+    ids = [n.node_id for n in plan.nodes]
+    if not yes:
+        if not sys.stdin.isatty():
+            _fail("delete asks before it deletes: pass --yes to run it without a terminal")
+        typer.confirm(f"delete {len(ids)} queued resources of run {plan.name}?", abort=True)
+    try:
+        api = TpuApi.connect(plan.project, plan.zone)
+        try:
+            gone = api.delete(ids)
+        finally:
+            api.close()
+    except RlxError as e:
+        _fail(f"{type(e).__name__}: {e}")
+    for node_id in ids:
+        typer.echo(f"{node_id}: {'deleted' if node_id in gone else 'did not exist'}")

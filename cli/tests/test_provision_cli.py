@@ -1,0 +1,109 @@
+"""`rlx provision plan / apply / list / delete` against the fake Cloud TPU v2 API (a real gRPC
+server on 127.0.0.1, driven through google-cloud-tpu; RLX_TPU_API_ENDPOINT points it there)."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlx_cli.main import app
+from rlx_controller.providers.fake_tpu import FakeTpuApi
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_example() -> str:
+    """The first TOML block of the README's "Running on TPUs" section."""
+    section = README.read_text().split("## Running on TPUs", 1)[1]
+    match = re.search(r"```toml\n(.*?)```", section, flags=re.S)
+    assert match is not None
+    return match.group(1)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "tpu.toml"
+    path.write_text(_readme_example())
+    return path
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTpuApi]:
+    with FakeTpuApi(activate_after=1) as api:
+        monkeypatch.setenv("RLX_TPU_API_ENDPOINT", api.address)
+        yield api
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_plan_on_the_readme_example_prints_the_table(config: Path) -> None:
+    code, out = _run("provision", "plan", str(config))
+    assert code == 0, out
+    name = re.search(r"rlx provision: run (math-qwen-[0-9a-f]{4}) in my-project/us-east5-a", out)
+    assert name is not None, out
+    run = name.group(1)
+    for node in ["trainer-0", *(f"inference-{i}" for i in range(4))]:
+        assert f"{run}-{node}" in out
+    assert "v5p-32" in out and "spot" in out and "5 queued resources" in out
+    code, out = _run("provision", "plan", str(config), "--script", f"{run}-inference-1")
+    assert code == 0 and "--secret=rlx-run-token --project=my-project" in out
+    code, out = _run("provision", "plan", str(config), "--script", "nope")
+    assert code == 1 and "no node 'nope' in the plan" in out
+
+
+def test_plan_names_a_bad_field(config: Path) -> None:
+    code, out = _run("provision", "plan", str(config), "--set", "provision.zone=")
+    assert code == 1 and "zone: is empty" in out
+
+
+def test_apply_twice_list_and_delete(config: Path, fake: FakeTpuApi) -> None:
+    code, out = _run("provision", "apply", str(config), "--poll", "0.01")
+    assert code == 0, out
+    assert out.count(": created") == 5 and "5 nodes of run" in out and "ACTIVE" in out
+    code, out = _run("provision", "apply", str(config), "--poll", "0.01")
+    assert code == 0 and out.count(": exists") == 5, out
+    assert len(fake.requests("CreateQueuedResource")) == 5
+
+    fake.set_state(fake.queued_resources()[2].name, "SUSPENDED")
+    code, out = _run("provision", "list", str(config))
+    assert code == 0 and "SUSPENDED (preempted)" in out and out.count("ACTIVE") == 4, out
+
+    code, out = _run("provision", "delete", str(config))
+    assert code == 1 and "pass --yes" in out  # no terminal to ask on: nothing deleted
+    assert len(fake.queued_resources()) == 5
+    code, out = _run("provision", "delete", str(config), "--yes")
+    assert code == 0 and out.count(": deleted") == 5, out
+    assert fake.queued_resources() == []
+    code, out = _run("provision", "list", str(config))
+    assert code == 0 and "rlx: none" in out
+
+
+def test_apply_stops_on_a_failed_node_with_the_reason(config: Path, fake: FakeTpuApi) -> None:
+    fake.activate_after = None  # the nodes wait until the test moves them
+
+    def fail_the_first() -> None:
+        deadline = time.monotonic() + 30
+        while not fake.queued_resources() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fake.set_state(fake.queued_resources()[0].name, "FAILED", error="quota exceeded")
+
+    t = threading.Thread(target=fail_the_first)
+    t.start()
+    code, out = _run("provision", "apply", str(config), "--poll", "0.05")
+    t.join()
+    assert code == 1
+    assert re.search(r"ProvisionFailed: math-qwen-\w+-trainer-0 FAILED: quota exceeded", out), out
+
+    code, out = _run("provision", "apply", str(config), "--poll", "0.01", "--timeout", "0.1")
+    assert code == 1 and "not ACTIVE after" in out, out
+    assert "re-created" not in out  # a failed apply prints no summary; the fake saw the delete
+    assert len(fake.requests("DeleteQueuedResource")) == 1

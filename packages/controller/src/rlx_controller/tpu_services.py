@@ -1,0 +1,242 @@
+"""The services of a gcp-tpu run: on TPU VMs of queued resources (`services.provider =
+"gcp-tpu"`), driven like the local ones (the Driver sees the same interface as RunServices).
+
+`start` provisions what is missing (`TpuApi.apply`: creates the missing queued resources,
+re-creates preempted ones, waits until all are ACTIVE), reads each node's host IPs, writes every
+service's config into the run directory (`nodes/NAME.json`, with the addresses of the others),
+where the node agents pick it up, and waits until every service answers READY. A monitor thread
+then watches the queued resources and the agents' reports: a node that is SUSPENDED (preempted),
+FAILED or gone, or an agent that got SIGTERM, makes the controller snapshot and stop
+(`on_preempted`); `rlx resume RUN` provisions again and continues from that snapshot. The nodes
+are left running when the run ends: `rlx provision delete RUN` deletes them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlx_controller.node import EVENTS_PREFIX, config_key
+from rlx_controller.providers.gcp_tpu import TpuApi
+from rlx_controller.providers.local import ServiceHandle
+from rlx_controller.provision import Plan, make_plan, startup_script
+from rlx_controller.run_config import RunConfig
+from rlx_controller.rundir import RunPaths
+from rlx_controller.services import RunServices
+from rlx_core.clients import LifecycleClient
+from rlx_core.errors import ConfigError, RlxError
+from rlx_core.rpc.auth import default_token_path
+
+__all__ = ["Preempted", "TpuRunServices", "tpu_token_file"]
+
+READY_TIMEOUT_S = 3600.0  # install, model load and compilation on a fresh VM
+
+
+def tpu_token_file(cfg: RunConfig) -> Path:
+    """The controller's copy of the run token (`provision.token_file`, default
+    ~/.config/rlx/token): the nodes read the same token from Secret Manager."""
+    assert cfg.provision is not None
+    p = cfg.provision
+    path = Path(p.token_file).expanduser() if p.token_file else default_token_path()
+    if not path.is_file():
+        raise ConfigError(
+            f"no token file {path}: the controller needs the token the nodes read from secret "
+            f"{p.token_secret!r}; make both with `python3 -c 'import secrets; "
+            f"print(secrets.token_urlsafe(32))' > {path}` and `gcloud secrets create "
+            f"{p.token_secret} --data-file={path} --project={p.project}`",
+            field="provision.token_file",
+            value=p.token_file,
+        )
+    return path
+
+
+class Preempted(RlxError):
+    """A node of the run is gone (preempted, failed, deleted): `rlx resume RUN` re-provisions."""
+
+
+class _Handles:
+    """What the Driver reads of `RunServices.provider`: the handles, and which services are on
+    nodes that are not ACTIVE."""
+
+    def __init__(self) -> None:
+        self.handles: dict[str, ServiceHandle] = {}
+        self.gone: dict[str, str] = {}  # service name -> why its node is gone
+
+    def dead(self) -> list[str]:
+        return sorted(self.gone)
+
+
+class TpuRunServices(RunServices):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        paths: RunPaths,
+        token_file: Path,
+        *,
+        log: Callable[[str], None] = print,
+        on_preempted: Callable[[str], None] | None = None,
+        api: TpuApi | None = None,
+    ) -> None:
+        super().__init__(cfg, paths, token_file)
+        assert cfg.provision is not None
+        self.plan: Plan = make_plan(cfg)
+        self.api = api or TpuApi.connect(self.plan.project, self.plan.zone)
+        self.log = log
+        self.on_preempted = on_preempted
+        self.poll_s = cfg.provision.poll_s
+        self.remote = _Handles()
+        self.provider = self.remote  # type: ignore[assignment]
+        self._monitor: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # --- configs -----------------------------------------------------------------------------
+    def _node_tables(self, tables: dict[str, Any]) -> dict[str, Any]:
+        """A local service config made fit for a node: the token is the node's (RLX_TOKEN_FILE)
+        and Orbax stages s3:// checkpoints in a temporary directory there."""
+        tables = json.loads(json.dumps(tables))
+        tables.get("paramserver", {}).pop("token_file", None)
+        tables.get("checkpoint", {}).pop("staging_dir", None)
+        return tables
+
+    def _write_configs(self) -> None:
+        from rlx_controller.services import _toml
+
+        ps = [self.address(n) for n in self.paramservers]
+        configs: dict[str, dict[str, Any]] = {}
+        for n in self.paramservers:
+            configs[n] = {"args": ["--max-versions", "8"], "config": ""}
+        configs["trainer"] = {
+            "args": [],
+            "config": _toml(self._node_tables(self._trainer_tables(ps))),
+        }
+        for i, n in enumerate(self.workers):
+            configs[n] = {
+                "args": [],
+                "config": _toml(self._node_tables(self._worker_tables(i, ps))),
+            }
+        for n in self.verifiers:
+            configs[n] = {"args": [], "config": ""}
+        for name, spec in configs.items():
+            self.paths.storage.put(config_key(name), json.dumps(spec, sort_keys=True).encode())
+
+    # --- start -------------------------------------------------------------------------------
+    def start(self, on_wait: Callable[[str, float], None] | None = None) -> None:
+        plan, api = self.plan, self.api
+        self.log(f"provisioning {len(plan.nodes)} TPU nodes of run {plan.name} in {plan.zone}")
+        shown: dict[str, Any] = {"text": "", "at": -60.0}
+
+        def progress(states: dict[str, Any], elapsed: float) -> None:
+            text = ", ".join(f"{s.node_id} {s.state}" for s in states.values())
+            if text != shown["text"] or elapsed - shown["at"] >= 60:
+                shown["text"], shown["at"] = text, elapsed
+                self.log(f"[{elapsed:.0f} s] {text}")
+
+        done = api.apply(
+            plan, lambda node: startup_script(plan, node), on_progress=progress, poll_s=self.poll_s
+        )
+        for node_id, what in done.items():
+            if what != "exists":
+                self.log(f"{node_id}: {what}")
+        # reports of an earlier start are answered by this one
+        self.paths.storage.delete_prefix(EVENTS_PREFIX)
+        hosts = {n.node_id: api.hosts(n) for n in plan.nodes}
+        handles = self.remote.handles
+        for name, (node, s) in plan.services().items():
+            ips = hosts[node.node_id]
+            if not ips:
+                raise RlxError(f"node {node.node_id} is ACTIVE but has no network endpoint")
+            handles[name] = ServiceHandle(
+                name=name,
+                kind=s.kind,
+                address=f"{ips[0]}:{s.port}",
+                pid=0,
+                log=f"{node.node_id}:logs/{name}.log",
+                port=s.port,
+                started_at=time.time(),
+            )
+        self.remote.gone.clear()
+        self._write_configs()
+        self.log("service configs written; waiting for every service to answer")
+        self._wait_ready(on_wait)
+        self._stop.clear()
+        self._monitor = threading.Thread(target=self._watch, name="tpu-monitor", daemon=True)
+        self._monitor.start()
+
+    def _wait_ready(self, on_wait: Callable[[str, float], None] | None) -> None:
+        errors: list[BaseException] = []
+
+        def wait(name: str, address: str) -> None:
+            try:
+                with LifecycleClient(address, token_file=str(self.token_file)) as client:
+                    client.wait_ready(
+                        READY_TIMEOUT_S,
+                        on_wait=None if on_wait is None else (lambda _s, t: on_wait(name, t)),
+                    )
+            except BaseException as e:
+                errors.append(e)
+
+        handles = self.remote.handles
+        threads = [
+            threading.Thread(target=wait, args=(n, h.address), daemon=True)
+            for n, h in handles.items()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+
+    # --- watching ----------------------------------------------------------------------------
+    def check(self) -> dict[str, str]:
+        """Node id -> why it is gone, for the nodes that are (API states and agents' reports);
+        marks their services dead."""
+        gone: dict[str, str] = {}
+        for node_id, st in self.api.states(self.plan).items():
+            if st.state != "ACTIVE":
+                gone[node_id] = f"{st.state} {st.reason}".strip()
+        for key in self.paths.storage.list(EVENTS_PREFIX):
+            try:
+                event = json.loads(self.paths.storage.get(key))
+            except (RlxError, ValueError):
+                continue
+            gone.setdefault(event["node"], f"{event['signal']} on worker {event['worker']}")
+        dead = self.remote.gone
+        for name, (node, _s) in self.plan.services().items():
+            if node.node_id in gone:
+                dead[name] = gone[node.node_id]
+        return gone
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                gone = self.check()
+            except RlxError as e:
+                self.log(f"cannot read the nodes' states: {e}")
+                continue
+            if gone:
+                why = "; ".join(f"{n} {w}" for n, w in sorted(gone.items()))
+                self.log(f"node gone: {why}")
+                if self.on_preempted is not None:
+                    self.on_preempted(f"preempted: {why}")
+                return
+
+    # --- what the Driver calls ---------------------------------------------------------------
+    def restart_dead(self, log: Callable[[str], None] = print) -> list[str]:
+        """A remote service is restarted by its node's agent; a node that is gone needs a new
+        one, which `rlx resume` provisions (the run stops at its newest snapshot)."""
+        gone = self.check()
+        if gone:
+            why = "; ".join(f"{n} {w}" for n, w in sorted(gone.items()))
+            raise Preempted(f"{why}: `rlx resume {self.paths.uri}` provisions them again")
+        return []
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._monitor is not None:
+            self._monitor.join(5)
+        self.api.close()

@@ -1,0 +1,285 @@
+"""`rlx up --provider gcp-tpu` end to end against the fake Cloud TPU v2 API: provisioning, the
+nodes' startup scripts, a preemption, `rlx resume` re-provisioning, `rlx provision delete`.
+
+This machine plays the TPU VMs: when a node of the fake turns READY, its startup script (the
+one the provider put in the node's metadata) runs here under bash, with its home in a temporary
+directory, `gcloud` a stand-in that answers only the `secrets versions access` call the script
+makes (Secret Manager cannot run here), and rlx already installed (so the script skips pip). When
+a node is preempted, its processes get SIGTERM, as on a VM. The run directory is in
+gcp-storage-emulator, as gs://. The final params must equal a local run's of the same config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
+from rlx_controller.providers.fake_tpu import FakeTpuApi
+from rlx_controller.services import base_model_dir
+from rlx_core.config import to_toml
+from rlx_core.rpc.auth import create_token_file
+from rlx_core.storage import open_storage
+
+STEPS = 6
+SMALL = [
+    f"steps={STEPS}",
+    "batch.prompts=8",
+    "batch.group_size=4",
+    "eval.max_prompts=16",
+    "eval.every=100",
+    "snapshots.checkpoint_every=2",
+]
+CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
+SECRET = "rlx-test-token"
+PROJECT = "test-project"
+
+
+def _free_base_port(n: int = 8) -> int:
+    """A port p with p .. p+n-1 all free on 127.0.0.1."""
+    for base in range(41000, 60000, 97):
+        ok = True
+        for port in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port range")
+
+
+class Nodes:
+    """Boots the fake's READY nodes here by running their startup scripts; SIGTERMs the processes
+    of nodes that are preempted or deleted."""
+
+    def __init__(self, api: FakeTpuApi, root: Path, env: dict[str, str]) -> None:
+        self.api, self.root, self.env = api, root, env
+        self.procs: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        self.boots: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.1):
+            live = {}
+            for node in self.api.nodes():
+                if node.state.name == "READY":
+                    live[(node.name, node.id)] = node
+            for key, node in live.items():
+                if key not in self.procs:
+                    self._boot(node)
+                    self.procs[key] = self._last
+            for key, proc in list(self.procs.items()):
+                if key not in live and proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGTERM)  # the VM is going away
+
+    def _boot(self, node: Any) -> None:
+        node_id = node.name.rsplit("/", 1)[-1]
+        home = self.root / f"{node_id}-{len(self.boots)}"
+        home.mkdir(parents=True)
+        script = home / "startup-script"
+        script.write_text(node.metadata["startup-script"])
+        env = {
+            **self.env,
+            "RLX_HOME": str(home),
+            "RLX_PYTHON": sys.executable,
+            "RLX_WORKER": "0",
+            "RLX_BIND": "127.0.0.1",
+            "RLX_COORDINATOR": "",  # one trainer process (no Cloud TPU for JAX to detect)
+        }
+        self._last = subprocess.Popen(
+            ["bash", str(script)], env=env, start_new_session=True, stdin=subprocess.DEVNULL
+        )
+        self.boots.append(node_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def logs(self) -> str:
+        out = []
+        for path in sorted(self.root.rglob("*.log")):
+            out.append(f"--- {path}\n{path.read_text(errors='replace')[-3000:]}")
+        return "\n".join(out)
+
+
+def _gcloud(bin_dir: Path, token: Path) -> None:
+    """A `gcloud` that answers the one call of the startup script: the token from the secret."""
+    bin_dir.mkdir()
+    gcloud = bin_dir / "gcloud"
+    expected = f"secrets versions access latest --secret={SECRET} --project={PROJECT}"
+    gcloud.write_text(
+        "#!/bin/bash\n"
+        f'if [ "$*" != "{expected}" ]; then echo "unexpected gcloud $*" >&2; exit 2; fi\n'
+        f"cat {token}\n"
+    )
+    gcloud.chmod(0o755)
+
+
+def _config(tmp_path: Path, run_dir: str, token: Path) -> Path:
+    data = tmp_path / "data"
+    write_addition_jsonl(data, DEMO_TASK)
+    text = to_toml(demo_config(run_dir, data, base_model_dir()), comments=False)
+    text += f"""
+[provision]
+project = "{PROJECT}"
+zone = "us-east5-a"
+token_secret = "{SECRET}"
+token_file = "{token}"
+base_port = {_free_base_port()}
+poll_s = 0.5
+
+[provision.trainer]
+accelerator_type = "v5p-8"
+
+[provision.inference]
+accelerator_type = "v5p-8"
+capacity = "spot"
+"""
+    path = tmp_path / "tpu.toml"
+    path.write_text(text)
+    return path
+
+
+def _sets() -> list[str]:
+    return [x for s in SMALL for x in ("--set", s)]
+
+
+def _steps_done(work: Path) -> int:
+    path = work / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    lines = path.read_text().splitlines()
+    return max((json.loads(line)["step"] for line in lines if line.strip()), default=0)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_up_on_tpu_preempted_resumed_and_deleted(
+    tmp_path: Path, new_root: Any, gcs_env: str
+) -> None:
+    token = tmp_path / "token"
+    create_token_file(token)
+    _gcloud(tmp_path / "bin", token)
+    run = new_root("gcs", "runs/tpu")
+    config = _config(tmp_path, run, token)
+    work = tmp_path / "work"
+
+    # the reference: the same config with every service a local process
+    local = subprocess.run(
+        [
+            *CLI,
+            *("up", str(config), "--run-dir", str(tmp_path / "local"), "--provider", "local"),
+            *_sets(),
+        ],
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert local.returncode == 0, local.stderr.decode(errors="replace")
+    reference = json.loads((tmp_path / "local" / "summary.json").read_text())
+
+    with FakeTpuApi(activate_after=2) as api:
+        env = {
+            **os.environ,
+            "RLX_TPU_API_ENDPOINT": api.address,
+            "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+            # the trainer's Orbax checkpoints go through TensorStore's gcs driver (DESIGN §10)
+            "TENSORSTORE_GCS_HTTP_URL": gcs_env,
+            "GOOGLE_AUTH_TOKEN_FOR_TESTING": "x",
+        }
+        nodes = Nodes(api, tmp_path / "nodes", env)
+        try:
+            up = subprocess.Popen(
+                [
+                    *CLI,
+                    *("up", str(config), "--provider", "gcp-tpu", "--work-dir", str(work)),
+                    *_sets(),
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            deadline = time.monotonic() + 300
+            while _steps_done(work) < 2:
+                assert up.poll() is None, up.communicate()[0].decode() + nodes.logs()
+                assert time.monotonic() < deadline, nodes.logs()
+                time.sleep(0.05)
+            creates = api.requests("CreateQueuedResource")
+            assert [c.queued_resource_id.rsplit("-", 2)[-2:] for c in creates] == [
+                ["trainer", "0"],
+                ["inference", "0"],
+            ]
+            inference = creates[1].queued_resource_id
+            # the spot inference node is preempted: the controller snapshots and stops
+            api.set_state(inference, "SUSPENDED")
+            out = up.communicate(timeout=300)[0].decode(errors="replace")
+            assert up.returncode == 0, out + nodes.logs()
+            stopped = re.search(r"rlx: stopped at step (\d+)", out)
+            assert stopped is not None and int(stopped.group(1)) < STEPS, out
+            assert f"continue with: rlx resume {run}" in out
+            assert "preempted" in (work / "controller.log").read_text()
+
+            # resume: the preempted node is deleted and created again; the trainer's is kept
+            resumed = subprocess.run(
+                [*CLI, "resume", run, "--work-dir", str(work)],
+                env=env,
+                capture_output=True,
+                timeout=400,
+                check=False,
+            )
+            text = resumed.stdout.decode(errors="replace")
+            assert resumed.returncode == 0, text + resumed.stderr.decode() + nodes.logs()
+            assert f"finished at step {STEPS}" in text
+            assert "TPU nodes          still up" in text
+            deletes = [d.name.rsplit("/", 1)[-1] for d in api.requests("DeleteQueuedResource")]
+            assert deletes == [inference]
+            assert len(api.requests("CreateQueuedResource")) == 3
+            assert nodes.boots.count(inference) == 2 and len(nodes.boots) == 3
+            summary = json.loads(open_storage(run).get("summary.json"))
+            assert summary["params_hash"] == reference["params_hash"]
+            # the nodes never had the token in their metadata: they read it from the secret
+            for c in api.requests("CreateQueuedResource"):
+                script = c.queued_resource.tpu.node_spec[0].node.metadata["startup-script"]
+                assert token.read_text().strip() not in script
+
+            gone = subprocess.run(
+                [*CLI, "provision", "delete", run, "--yes"],
+                env=env,
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+            assert gone.returncode == 0 and gone.stdout.count(b": deleted") == 2, gone
+            assert api.queued_resources() == []
+        finally:
+            nodes.stop()
