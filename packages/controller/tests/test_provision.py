@@ -4,12 +4,13 @@ Cloud TPU v2 API (a real gRPC server on 127.0.0.1, driven through google-cloud-t
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from rlx_controller.providers.fake_tpu import FakeTpuApi
-from rlx_controller.providers.gcp_tpu import ProvisionFailed, TpuApi
+from rlx_controller.providers.gcp_tpu import Cancelled, ProvisionFailed, TpuApi
 from rlx_controller.provision import make_plan, startup_script
 from rlx_controller.run_config import RunConfig, config_hash, loads_run_config
 from rlx_core.errors import ConfigError, DeadlineExceeded
@@ -204,3 +205,16 @@ def test_delete_removes_every_node_and_says_which_existed(
     assert fake.queued_resources() == [] and fake.nodes() == []
     assert api.delete(ids) == []
     assert {s.state for s in api.states(plan).values()} == {"MISSING"}
+
+
+def test_a_cancelled_wait_stops_and_leaves_the_queue(
+    fake: FakeTpuApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = make_plan(_cfg())
+    api = _api(fake, monkeypatch)
+    fake.activate_after = None
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    with pytest.raises(Cancelled, match="their queued resources stay"):
+        api.apply(plan, lambda n: startup_script(plan, n), poll_s=60, cancel=cancel)
+    assert len(fake.queued_resources()) == len(plan.nodes)

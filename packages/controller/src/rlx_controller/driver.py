@@ -369,6 +369,7 @@ class Driver:
                 tpu_token_file(self.cfg),
                 log=self.log,
                 on_preempted=self.request_stop,
+                cancel=self._stop,  # Ctrl-C / SIGTERM while provisioning stops the wait
             )
         else:
             token = self.work_dir / "token"

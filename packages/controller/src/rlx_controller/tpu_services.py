@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlx_controller.node import EVENTS_PREFIX, config_key
-from rlx_controller.providers.gcp_tpu import TpuApi
+from rlx_controller.providers.gcp_tpu import Cancelled, TpuApi
 from rlx_controller.providers.local import ServiceHandle
 from rlx_controller.provision import Plan, make_plan, startup_script
 from rlx_controller.run_config import RunConfig
@@ -80,6 +80,7 @@ class TpuRunServices(RunServices):
         log: Callable[[str], None] = print,
         on_preempted: Callable[[str], None] | None = None,
         api: TpuApi | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
         super().__init__(cfg, paths, token_file)
         assert cfg.provision is not None
@@ -92,6 +93,7 @@ class TpuRunServices(RunServices):
         self.provider = self.remote  # type: ignore[assignment]
         self._monitor: threading.Thread | None = None
         self._stop = threading.Event()
+        self.cancel = cancel or threading.Event()  # set: stop waiting (Ctrl-C while starting)
 
     # --- configs -----------------------------------------------------------------------------
     def _node_tables(self, tables: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +138,11 @@ class TpuRunServices(RunServices):
                 self.log(f"[{elapsed:.0f} s] {text}")
 
         done = api.apply(
-            plan, lambda node: startup_script(plan, node), on_progress=progress, poll_s=self.poll_s
+            plan,
+            lambda node: startup_script(plan, node),
+            on_progress=progress,
+            poll_s=self.poll_s,
+            cancel=self.cancel,
         )
         for node_id, what in done.items():
             if what != "exists":
@@ -169,13 +175,16 @@ class TpuRunServices(RunServices):
     def _wait_ready(self, on_wait: Callable[[str, float], None] | None) -> None:
         errors: list[BaseException] = []
 
+        def progress(name: str, t: float) -> None:
+            if self.cancel.is_set():
+                raise Cancelled(f"stopped waiting for {name}")
+            if on_wait is not None:
+                on_wait(name, t)
+
         def wait(name: str, address: str) -> None:
             try:
                 with LifecycleClient(address, token_file=str(self.token_file)) as client:
-                    client.wait_ready(
-                        READY_TIMEOUT_S,
-                        on_wait=None if on_wait is None else (lambda _s, t: on_wait(name, t)),
-                    )
+                    client.wait_ready(READY_TIMEOUT_S, on_wait=lambda _s, t: progress(name, t))
             except BaseException as e:
                 errors.append(e)
 

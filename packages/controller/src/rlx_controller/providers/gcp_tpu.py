@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENDPOINT_ENV",
     "GONE_STATES",
+    "Cancelled",
     "NodeState",
     "ProvisionFailed",
     "TpuApi",
@@ -46,6 +48,10 @@ MISSING = "MISSING"
 
 class ProvisionFailed(RlxError):
     """A queued resource ended FAILED (the API's reason in the message)."""
+
+
+class Cancelled(RlxError):
+    """The wait was cancelled (Ctrl-C, SIGTERM); the queued resources stay as they are."""
 
 
 @dataclass(frozen=True)
@@ -200,13 +206,14 @@ class TpuApi:
         poll_s: float = 10.0,
         timeout_s: float | None = None,
         wait: bool = True,
+        cancel: threading.Event | None = None,
     ) -> dict[str, str]:
         """Make the plan's nodes exist and wait until all are ACTIVE.
 
         Creates the missing ones; deletes and re-creates those FAILED or suspended (preempted);
         leaves the rest. Returns node id -> what was done ("created", "re-created (SUSPENDED)",
         "exists"). ProvisionFailed names a node that ends FAILED while waiting, with the API's
-        reason; DeadlineExceeded after `timeout_s`."""
+        reason; DeadlineExceeded after `timeout_s`; Cancelled when `cancel` is set."""
         done: dict[str, str] = {}
         sa = plan.provision.service_account
         for node in plan.nodes:
@@ -221,7 +228,9 @@ class TpuApi:
             else:
                 done[node.node_id] = "exists"
         if wait:
-            self.wait_active(plan, on_progress=on_progress, poll_s=poll_s, timeout_s=timeout_s)
+            self.wait_active(
+                plan, on_progress=on_progress, poll_s=poll_s, timeout_s=timeout_s, cancel=cancel
+            )
         return done
 
     def wait_active(
@@ -231,8 +240,10 @@ class TpuApi:
         on_progress: Callable[[dict[str, NodeState], float], None] | None = None,
         poll_s: float = 10.0,
         timeout_s: float | None = None,
+        cancel: threading.Event | None = None,
     ) -> dict[str, NodeState]:
         start = time.monotonic()
+        cancel = cancel or threading.Event()
         while True:
             states = self.states(plan)
             elapsed = time.monotonic() - start
@@ -259,7 +270,11 @@ class TpuApi:
                     f"not ACTIVE after {timeout_s:.0f} s: {', '.join(waiting)}; the queued "
                     "resources stay queued (`rlx provision list`, `rlx provision delete`)"
                 )
-            time.sleep(poll_s)
+            if cancel.wait(poll_s):
+                raise Cancelled(
+                    "stopped waiting for the nodes; their queued resources stay (`rlx provision "
+                    "list`, `rlx provision delete`)"
+                )
 
     def _delete_one(self, node_id: str) -> bool:
         from google.api_core import exceptions as gexc
