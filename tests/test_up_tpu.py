@@ -234,6 +234,18 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
                 assert up.poll() is None, up.communicate()[0].decode() + nodes.logs()
                 assert time.monotonic() < deadline, nodes.logs()
                 time.sleep(0.05)
+            status = subprocess.run(
+                [*CLI, "status", run, "--work-dir", str(work), "--json"],
+                env=env,
+                capture_output=True,
+                timeout=60,
+                check=True,
+            )
+            services = json.loads(status.stdout)["services"]
+            assert sorted(services) == ["inference-0", "paramserver-0", "trainer", "verifier-0"]
+            assert all(
+                s["alive"] and s["address"].startswith("127.0.0.1:") for s in services.values()
+            )
             creates = api.requests("CreateQueuedResource")
             assert [c.queued_resource_id.rsplit("-", 2)[-2:] for c in creates] == [
                 ["trainer", "0"],

@@ -306,6 +306,28 @@ def _worker_status(address: str, token_file: Path) -> dict[str, Any]:
     }
 
 
+def _token_file(run: Path, config: dict[str, Any]) -> Path:
+    """The token of a run's services: the work directory's (local runs), or the controller's copy
+    named by `provision.token_file` (gcp-tpu runs)."""
+    from rlx_core.rpc.auth import default_token_path
+
+    if (run / "token").exists():
+        return run / "token"
+    named = config.get("provision", {}).get("token_file", "")
+    return Path(named).expanduser() if named else default_token_path()
+
+
+def _answers(address: str, token_file: Path) -> bool:
+    from rlx_core.clients import LifecycleClient
+
+    try:
+        with LifecycleClient(address, token_file=str(token_file)) as client:
+            client.status(timeout=STATUS_TIMEOUT_S)
+    except RlxError:
+        return False
+    return True
+
+
 def _eta(records: list[dict[str, Any]], steps: int | None) -> dict[str, Any]:
     """Seconds per step (median of the last ETA_WINDOW steps) and the seconds left at that pace."""
     times = [r["step_s"] for r in records if isinstance(r.get("step_s"), (int, float))]
@@ -335,12 +357,16 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
         where = f"{paths.uri} (work dir {run})" if paths.remote else str(run)
         raise NotFound(f"{where}: no such run directory")
     steps: int | None = None
+    config: dict[str, Any] = {}
     with contextlib.suppress(RlxError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        steps = tomllib.loads(paths.storage.get(CONFIG_FILE).decode()).get("steps")
+        config = tomllib.loads(paths.storage.get(CONFIG_FILE).decode())
+        steps = config.get("steps")
     services: dict[str, Any] = {}
     workers: dict[str, Any] = {}
+    token = _token_file(run, config)
     for name, h in sorted(read_services(run).items()):
-        alive = runs_service(h)
+        # pid 0: a service on another machine (a TPU node), alive when it answers
+        alive = runs_service(h) if h.pid else _answers(h.address, token)
         services[name] = {
             "kind": h.kind,
             "pid": h.pid,
@@ -351,7 +377,7 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
         }
         if h.kind == "inference":
             workers[name] = (
-                _worker_status(h.address, run / "token")
+                _worker_status(h.address, token)
                 if alive
                 else {"loaded_version": None, "error": "not running"}
             )
@@ -434,13 +460,13 @@ def status(
         table.add_row("controller", "not running")
     for name, s in out["services"].items():
         state = "[green]alive[/green]" if s["alive"] else "[red]dead[/red]"
+        # a service on a TPU node (pid 0) names its node: its log is NODE:logs/NAME.log there
+        where = f"pid {s['pid']}" if s["pid"] else f"on node {s['log'].split(':')[0]}"
         extra = ""
         if name in out["workers"]:
             w = out["workers"][name]
             extra = f", version {w['loaded_version']}" if "error" not in w else f", {w['error']}"
-        table.add_row(
-            name, f"{state} {s['address']} pid {s['pid']} restarts {s['restarts']}{extra}"
-        )
+        table.add_row(name, f"{state} {s['address']} {where} restarts {s['restarts']}{extra}")
     total = out["steps"] if out["steps"] is not None else "?"
     table.add_row("step", f"{out['step']} / {total}")
     s_per_step = out["s_per_step"]

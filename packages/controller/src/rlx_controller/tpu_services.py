@@ -165,12 +165,24 @@ class TpuRunServices(RunServices):
                 started_at=time.time(),
             )
         self.remote.gone.clear()
+        self._save_handles()
         self._write_configs()
         self.log("service configs written; waiting for every service to answer")
         self._wait_ready(on_wait)
         self._stop.clear()
         self._monitor = threading.Thread(target=self._watch, name="tpu-monitor", daemon=True)
         self._monitor.start()
+
+    def _save_handles(self) -> None:
+        """`services.json` in the work directory, as the local provider writes it (pid 0: not
+        a process here), for `rlx status`."""
+        from dataclasses import asdict
+
+        from rlx_controller.providers.local import STATE_FILE
+
+        state = {name: asdict(h) for name, h in sorted(self.remote.handles.items())}
+        self.paths.work.mkdir(parents=True, exist_ok=True)
+        (self.paths.work / STATE_FILE).write_text(json.dumps(state, indent=1, sort_keys=True))
 
     def _wait_ready(self, on_wait: Callable[[str, float], None] | None) -> None:
         errors: list[BaseException] = []
