@@ -22,20 +22,12 @@ from rlx_cli.ps_cmd import ps_app
 from rlx_cli.snapshot_cmd import snapshot_app
 from rlx_cli.up_cmd import register as register_up
 from rlx_cli.verifier_cmd import verifier_app
+from rlx_core import DISTRIBUTIONS
 
 __all__ = ["PACKAGES", "app"]
 
 # Every rlx distribution, in the order of the README's tour.
-PACKAGES = (
-    "rlx-core",
-    "rlx-model",
-    "rlx-paramserver",
-    "rlx-inference",
-    "rlx-trainer",
-    "rlx-verifier",
-    "rlx-controller",
-    "rlx-cli",
-)
+PACKAGES = (*DISTRIBUTIONS, "rlx-cli")
 
 app = typer.Typer(
     name="rlx",

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from rlx_controller.providers.fake_tpu import FakeTpuApi
-from rlx_controller.providers.gcp_tpu import Cancelled, ProvisionFailed, TpuApi
+from rlx_controller.providers.gcp_tpu import ProvisionFailed, TpuApi
 from rlx_controller.provision import make_plan, startup_script
 from rlx_controller.run_config import RunConfig, config_hash, loads_run_config
-from rlx_core.errors import ConfigError, DeadlineExceeded
+from rlx_core.errors import Cancelled, ConfigError, DeadlineExceeded
 
 BASE = """
 run_dir = "gs://bucket/runs/Math_Qwen"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from rlx_controller._version import __version__
 from rlx_controller.run_config import POOLS, ProvisionConfig, RunConfig
+from rlx_core import DISTRIBUTIONS
 from rlx_core.errors import ConfigError
 
 __all__ = [
@@ -40,16 +41,6 @@ __all__ = [
 
 # Where a node keeps rlx's files (token, logs, service configs).
 NODE_HOME = "/var/lib/rlx"
-# The distributions a node installs (what its services import).
-NODE_PACKAGES = (
-    "rlx-core",
-    "rlx-model",
-    "rlx-paramserver",
-    "rlx-inference",
-    "rlx-trainer",
-    "rlx-verifier",
-    "rlx-controller",
-)
 # resource ids: lowercase letters, digits, '-'; a letter first; at most 63 characters
 _ID_MAX = 63
 
@@ -205,7 +196,7 @@ def install_args(p: ProvisionConfig) -> str:
     """The pip arguments a node installs rlx with."""
     if p.install:
         return p.install
-    return " ".join(f"{d}=={__version__}" for d in NODE_PACKAGES)
+    return " ".join(f"{d}=={__version__}" for d in DISTRIBUTIONS)
 
 
 def startup_script(plan: Plan, node: NodePlan) -> str:

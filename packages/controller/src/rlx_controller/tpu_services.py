@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from rlx_controller.node import EVENTS_PREFIX, config_key
-from rlx_controller.providers.gcp_tpu import Cancelled, TpuApi
+from rlx_controller.providers.gcp_tpu import TpuApi
 from rlx_controller.providers.local import ServiceHandle
 from rlx_controller.provision import Plan, make_plan, startup_script
 from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
 from rlx_controller.services import RunServices
 from rlx_core.clients import LifecycleClient
-from rlx_core.errors import ConfigError, RlxError
+from rlx_core.errors import Cancelled, ConfigError, RlxError
 from rlx_core.rpc.auth import default_token_path
 
 __all__ = ["Preempted", "TpuRunServices", "tpu_token_file"]

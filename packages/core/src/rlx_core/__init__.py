@@ -23,7 +23,20 @@ from rlx_core.errors import (
     Unimplemented,
 )
 
+# The rlx distributions a service machine installs, in the order of the README's tour (the CLI,
+# rlx-cli, comes on top of them).
+DISTRIBUTIONS = (
+    "rlx-core",
+    "rlx-model",
+    "rlx-paramserver",
+    "rlx-inference",
+    "rlx-trainer",
+    "rlx-verifier",
+    "rlx-controller",
+)
+
 __all__ = [
+    "DISTRIBUTIONS",
     "AlreadyExists",
     "Cancelled",
     "ConfigError",

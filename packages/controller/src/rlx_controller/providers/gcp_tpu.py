@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlx_core.errors import DeadlineExceeded, NotFound, RlxError
+from rlx_core.errors import Cancelled, DeadlineExceeded, NotFound, RlxError
 
 if TYPE_CHECKING:
     from google.cloud import tpu_v2
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ENDPOINT_ENV",
     "GONE_STATES",
-    "Cancelled",
     "NodeState",
     "ProvisionFailed",
     "TpuApi",
@@ -48,10 +47,6 @@ MISSING = "MISSING"
 
 class ProvisionFailed(RlxError):
     """A queued resource ended FAILED (the API's reason in the message)."""
-
-
-class Cancelled(RlxError):
-    """The wait was cancelled (Ctrl-C, SIGTERM); the queued resources stay as they are."""
 
 
 @dataclass(frozen=True)
