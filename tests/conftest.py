@@ -9,6 +9,9 @@ from types import ModuleType
 
 import pytest
 
+# the tests share up_helpers.py (import mode is importlib, so the directory is not on sys.path)
+sys.path.insert(0, str(Path(__file__).parent))
+
 SIM = Path(__file__).resolve().parents[1] / "tools" / "bench" / "e2e" / "sim.py"
 
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from up_helpers import CLI
 
 from rlx_controller.datasets import load_dataset, load_prefilter, mixture_sources
-
-CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
 
 
 @pytest.mark.slow

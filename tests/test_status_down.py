@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from up_helpers import CLI, steps_done
 
 from rlx_controller.providers.local import read_services
 from rlx_controller.snapshot import SnapshotStore
@@ -24,21 +24,12 @@ SETS = [
     "eval.max_prompts=16",
     "eval.every=100",
 ]
-CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
 
 
 def _rlx(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False
     )
-
-
-def _steps_done(run: Path) -> int:
-    path = run / "metrics.jsonl"
-    if not path.exists():
-        return 0
-    lines = [x for x in path.read_text().split("\n") if x.strip()]
-    return max((json.loads(x)["step"] for x in lines[:-1]), default=0)  # last may be in flight
 
 
 def _alive(pid: int) -> bool:
@@ -61,7 +52,7 @@ def test_status_then_down_of_a_live_run(tmp_path: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 300
-        while _steps_done(run) < 2:
+        while steps_done(run) < 2:
             assert up.poll() is None, up.communicate()[0].decode(errors="replace")
             assert time.monotonic() < deadline, "rlx up made no 2 steps"
             time.sleep(0.1)

@@ -16,31 +16,20 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from up_helpers import CLI, STEPS, small_sets, steps_done
 
 from rlx_controller.metrics import read_uploaded
 from rlx_controller.providers.local import read_services
 from rlx_core.storage import open_storage
 
-STEPS = 6
-SMALL = [
-    f"steps={STEPS}",
-    "batch.prompts=8",
-    "batch.group_size=4",
-    "eval.max_prompts=16",
-    "eval.every=100",
-    "snapshots.checkpoint_every=2",
-]
-CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
-
 
 def _up(run_dir: Path | str, extra: list[str], work: Path | None = None) -> subprocess.Popen[bytes]:
-    sets = [x for s in SMALL + extra for x in ("--set", s)]
+    sets = [*small_sets(), *(x for s in extra for x in ("--set", s))]
     where = ["--run-dir", str(run_dir)] + ([] if work is None else ["--work-dir", str(work)])
     return subprocess.Popen(
         [*CLI, "up", *where, *sets],
@@ -56,17 +45,9 @@ def _finish(proc: subprocess.Popen[bytes], timeout: float = 240) -> str:
     return text
 
 
-def _steps_done(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return 0
-    lines = path.read_text().splitlines()
-    return max((json.loads(line)["step"] for line in lines if line.strip()), default=0)
-
-
 def _wait_step(run_dir: Path, step: int, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 240
-    while _steps_done(run_dir) < step:
+    while steps_done(run_dir) < step:
         assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")
         assert time.monotonic() < deadline, f"step {step} not reached"
         time.sleep(0.05)
@@ -130,7 +111,7 @@ def test_resume_after_sigkills_equals_an_uninterrupted_run(
     controller = int((work / "controller.pid").read_text())
     os.kill(controller, signal.SIGKILL)
     proc.wait(timeout=60)
-    assert _steps_done(work) < STEPS
+    assert steps_done(work) < STEPS
 
     resume = [*CLI, "resume", str(run)]
     if remote:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from up_helpers import CLI, STEPS, small_sets, steps_done
 
 from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
 from rlx_controller.providers.fake_tpu import FakeTpuApi
@@ -33,16 +34,6 @@ from rlx_core.config import to_toml
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
 
-STEPS = 6
-SMALL = [
-    f"steps={STEPS}",
-    "batch.prompts=8",
-    "batch.group_size=4",
-    "eval.max_prompts=16",
-    "eval.every=100",
-    "snapshots.checkpoint_every=2",
-]
-CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
 SECRET = "rlx-test-token"
 PROJECT = "test-project"
 
@@ -169,18 +160,6 @@ capacity = "spot"
     return path
 
 
-def _sets() -> list[str]:
-    return [x for s in SMALL for x in ("--set", s)]
-
-
-def _steps_done(work: Path) -> int:
-    path = work / "metrics.jsonl"
-    if not path.exists():
-        return 0
-    lines = path.read_text().splitlines()
-    return max((json.loads(line)["step"] for line in lines if line.strip()), default=0)
-
-
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(900)
@@ -199,7 +178,7 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
         [
             *CLI,
             *("up", str(config), "--run-dir", str(tmp_path / "local"), "--provider", "local"),
-            *_sets(),
+            *small_sets(),
         ],
         capture_output=True,
         timeout=300,
@@ -223,14 +202,14 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
                 [
                     *CLI,
                     *("up", str(config), "--provider", "gcp-tpu", "--work-dir", str(work)),
-                    *_sets(),
+                    *small_sets(),
                 ],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
             )
             deadline = time.monotonic() + 300
-            while _steps_done(work) < 2:
+            while steps_done(work) < 2:
                 assert up.poll() is None, up.communicate()[0].decode() + nodes.logs()
                 assert time.monotonic() < deadline, nodes.logs()
                 time.sleep(0.05)

@@ -26,7 +26,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +86,9 @@ class Agent:
         self.bind = bind
         self.poll_s = poll_s
         self.python = python
-        self.stop = threading.Event()
+        # set by the signal handler: a plain flag (an Event's lock could be held by the very
+        # frame the handler interrupts)
+        self.stopping = False
         self.reason = ""
         (home / "logs").mkdir(parents=True, exist_ok=True)
         (home / "services").mkdir(parents=True, exist_ok=True)
@@ -150,9 +151,20 @@ class Agent:
             return None
 
     def run(self) -> int:
+        try:
+            self._loop()
+        finally:  # whatever ends the loop, no service outlives its agent
+            if self.reason == "SIGTERM":
+                self._report_sigterm()
+            self.say(f"stopping ({self.reason or 'error'})")
+            for s in self.services:
+                self._stop_one(s)
+        return 0
+
+    def _loop(self) -> None:
         waiting_since = time.monotonic()
         said = 0.0
-        while not self.stop.is_set():
+        while not self.stopping:
             for s in self.services:
                 config = self._read_config(s)
                 if config is None:
@@ -175,15 +187,17 @@ class Agent:
                     f"waiting for the controller's configs of {', '.join(missing)} "
                     f"({now - waiting_since:.0f} s)"
                 )
-            self.stop.wait(self.poll_s)
-        self.say(f"stopping ({self.reason})")
-        for s in self.services:
-            self._stop_one(s)
-        return 0
+            end = time.monotonic() + self.poll_s
+            while not self.stopping and time.monotonic() < end:
+                time.sleep(min(0.1, self.poll_s))
 
     def on_sigterm(self) -> None:
-        """The VM is going away: tell the controller first (it snapshots), then stop."""
+        """The VM is going away (a signal handler: it only sets flags; the loop, once out,
+        tells the controller, then stops the services)."""
         self.reason = "SIGTERM"
+        self.stopping = True
+
+    def _report_sigterm(self) -> None:
         event = {
             "node": self.node,
             "worker": self.worker,
@@ -195,7 +209,6 @@ class Agent:
             self.storage.put(event_key(self.node, self.worker), json.dumps(event).encode())
         except RlxError as e:
             self.say(f"could not report the SIGTERM to the controller: {e}")
-        self.stop.set()
 
 
 def _service(text: str) -> _Service:
