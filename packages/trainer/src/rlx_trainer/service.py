@@ -8,14 +8,23 @@ reports. Mutating calls run one at a time.
 Nothing is half-applied: a batch is checked before anything runs, and if the push of the new
 version fails the trainer keeps its previous state (and says so). With `expected_step`, a retried
 TrainStep whose reply was lost gets the recorded result instead of a second update.
+
+On a mesh spanning several processes (`rlx_trainer.distributed`) every process holds a
+TrainerService and a `Lockstep`: process 0 serves gRPC, and each call it serves runs on every
+process in the same order (one at a time, Status included). What only process 0 knows (whether it
+is draining, whether the push to the paramserver worked) is decided there and shared; pulls of old
+versions happen on every process and fail on all if they fail on one.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -34,18 +43,39 @@ from rlx_model import enable_compile_cache
 from rlx_trainer._version import __version__
 from rlx_trainer.checkpoint import CheckpointStore
 from rlx_trainer.config import TrainerConfig
+from rlx_trainer.distributed import Lockstep
 from rlx_trainer.trainer import Trainer
 
 __all__ = ["TrainerService"]
 
 log = logging.getLogger(__name__)
 
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def _on_every_process(method: F) -> F:
+    """With a Lockstep, process 0 hands the call to the other processes, which run it too."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def wrapper(self: TrainerService, *args: Any, **kwargs: Any) -> Any:
+        if self._lockstep is None:
+            return method(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs).arguments
+        named = {k: v for k, v in bound.items() if k != "self"}
+        return self._lockstep.call(method.__name__, named, lambda: method(self, **named))
+
+    return cast(F, wrapper)
+
 
 class TrainerService:
     """Owns the trainer's state, its checkpoints, its paramserver link and its lifecycle."""
 
-    def __init__(self, config: TrainerConfig) -> None:
+    def __init__(self, config: TrainerConfig, *, lockstep: Lockstep | None = None) -> None:
+        """`lockstep`: this process's place in a mesh of several processes (None: one)."""
         self.config = config
+        self._lockstep = lockstep
         enable_compile_cache(config.compile_cache_dir)  # a restarted trainer does not recompile
         self.lifecycle = Lifecycle("trainer", __version__)
         self.trainer: Trainer | None = None
@@ -61,13 +91,26 @@ class TrainerService:
             raise FailedPrecondition("the trainer is not initialized: call Init first")
         return self.trainer
 
+    def _decide(self, run: Callable[[], T]) -> T | None:
+        """`run()` here, or with several processes on process 0, its outcome shared."""
+        return run() if self._lockstep is None else self._lockstep.decide(run)
+
     def _accepting(self) -> None:
-        if not self.lifecycle.accepting_work():
-            raise Unavailable(f"the trainer is {self.lifecycle.state.name}, not taking work")
+        def check() -> None:
+            if not self.lifecycle.accepting_work():
+                raise Unavailable(f"the trainer is {self.lifecycle.state.name}, not taking work")
+
+        self._decide(check)
 
     def store(self, uri: str = "") -> CheckpointStore:
         """The checkpoint store at `uri` ("" = the configured checkpoint.uri)."""
         c = self.config.checkpoint
+        if self._lockstep is not None and (uri or c.uri).startswith("s3://"):
+            # Orbax writes each process's shards into one directory; s3:// stages per process
+            raise FailedPrecondition(
+                "checkpoint.uri: s3:// checkpoints are staged in a local directory per process, "
+                "which a mesh of several processes cannot share; use gs:// or a shared path"
+            )
         if uri and uri != c.uri:
             return CheckpointStore(uri, keep=c.keep, staging_dir=c.staging_dir)
         if not c.uri:
@@ -97,9 +140,16 @@ class TrainerService:
             ) as client:
                 return client.pull(version)[1]
 
-        return pull
+        lockstep = self._lockstep
+        if lockstep is None:
+            return pull
+        return lambda version: lockstep.agree(lambda: pull(version))
 
     def _push(self, trainer: Trainer, version: int, tensors: dict[str, np.ndarray]) -> float:
+        """Put `version` on every replica (from process 0); seconds taken."""
+        return self._decide(lambda: self._push_here(trainer, version, tensors)) or 0.0
+
+    def _push_here(self, trainer: Trainer, version: int, tensors: dict[str, np.ndarray]) -> float:
         """Put `version` on every replica; seconds taken. A replica that already holds it (a
         replay after a restart makes the same bytes) is left as it is."""
         pusher = self._pusher_or_none()
@@ -125,7 +175,8 @@ class TrainerService:
             info["step"] = str(t.state.step)
             info["model"] = t.describe()
 
-    # --- the RPCs -------------------------------------------------------------------------
+    # --- the RPCs (with several processes, each runs on all of them) ------------------------
+    @_on_every_process
     def init(
         self,
         *,
@@ -174,6 +225,7 @@ class TrainerService:
                 trainer.state.step, trainer.state.step, trainer.num_params, trainer.describe()
             )
 
+    @_on_every_process
     def train_step(self, batch: TrainBatch, expected_step: int | None = None) -> StepResult:
         with self._lock:
             self._accepting()
@@ -189,7 +241,8 @@ class TrainerService:
                 )
             start = time.perf_counter()
             new, result = trainer.compute_step(batch)
-            needs_host = self._pusher_or_none() is not None or self.config.keep_versions > 0
+            # the same on every process: host_params is an all-gather they all take part in
+            needs_host = bool(self.config.paramserver.addresses) or self.config.keep_versions > 0
             host = trainer.host_params(new) if needs_host else None
             try:
                 push_s = self._push(trainer, new.step, host) if host is not None else 0.0
@@ -217,12 +270,14 @@ class TrainerService:
             self._set_info()
             return result
 
+    @_on_every_process
     def save_checkpoint(self) -> tuple[int, str]:
         with self._lock:
             trainer = self._require()
             store = self.store()
             return trainer.save(store), store.uri
 
+    @_on_every_process
     def restore(self, step: int | None = None) -> tuple[int, int]:
         """Go back to checkpoint `step` (None = newest) and push that version."""
         with self._lock:
@@ -236,6 +291,7 @@ class TrainerService:
             self._set_info()
             return restored, restored
 
+    @_on_every_process
     def status(self) -> TrainerStatus:
         t = self.trainer
         steps: tuple[int, ...] = ()

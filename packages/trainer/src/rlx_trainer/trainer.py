@@ -2,6 +2,10 @@
 accumulation, metrics, and checkpoints. Plain Python around the compiled pieces of `step.py`;
 no RPC here.
 
+On a mesh spanning several processes (`rlx_trainer.distributed`) every process builds the same
+Trainer and runs the same calls; host arrays go onto the mesh with `put_global` and come back with
+`to_host` (an all-gather), so what the host sees is the same on every process.
+
 A step is computed first (`compute_step`) and adopted only afterwards (`commit`), so the service
 can push the new version to the paramserver in between and keep the old state if that fails:
 nothing is ever half-applied.
@@ -31,6 +35,7 @@ from rlx_model.sharding import batch_sharding
 from rlx_trainer.batch import check_batch, split_batch
 from rlx_trainer.checkpoint import CheckpointStore
 from rlx_trainer.config import TrainerConfig
+from rlx_trainer.distributed import put_global, to_host
 from rlx_trainer.metrics import check_thresholds, mismatch, summarize
 from rlx_trainer.objective import K2KL, K3KL, RLObjective, preset
 from rlx_trainer.optim import make_optimizer, make_schedule
@@ -115,6 +120,13 @@ class Trainer:
         self.seed = seed
         self.puller = puller
         shape = config.mesh.shape
+        if jax.process_count() > 1 and math.prod(shape) != jax.device_count():
+            raise ConfigError(
+                f"mesh {shape} must use all {jax.device_count()} devices of the "
+                f"{jax.process_count()} processes (data × fsdp × tensor)",
+                field="mesh",
+                value=shape,
+            )
         self.mesh = make_mesh(shape, jax.devices()[: math.prod(shape)])
         self.shardings = param_shardings(self.cfg, self.mesh)
         self.optimizer = make_optimizer(config.optimizer)
@@ -137,7 +149,10 @@ class Trainer:
             opt_state=jax.jit(self.optimizer.init)(placed),
             step=0,
             updates=0,
-            rng=jax.random.PRNGKey(seed),
+            # on the mesh, replicated, as a restored one is (one process's device would not do)
+            rng=put_global(
+                np.asarray(jax.random.PRNGKey(seed)), NamedSharding(self.mesh, PartitionSpec())
+            ),
         )
         self.reference = placed if config.update.reference == "init" else None
 
@@ -146,12 +161,13 @@ class Trainer:
         """Cast to the param dtype (on the host) and put on the mesh."""
         dtype = _NP_DTYPES[self.cfg.param_dtype]
         host = jax.tree.map(lambda x: np.asarray(x).astype(dtype, copy=False), params)
-        return jax.device_put(host, self.shardings)
+        return put_global(host, self.shardings)
 
     def host_params(self, state: TrainState | None = None) -> dict[str, np.ndarray]:
-        """The params as '/'-path -> numpy array (what the paramserver receives)."""
+        """The params as '/'-path -> numpy array (what the paramserver receives); on several
+        processes an all-gather every process takes part in."""
         params = (state or self.state).params
-        return {k: np.asarray(v) for k, v in flatten(jax.device_get(params)).items()}
+        return dict(to_host(flatten(params)))
 
     @property
     def num_params(self) -> int:
@@ -252,7 +268,7 @@ class Trainer:
         self, batch: TrainBatch, old: list[jax.Array]
     ) -> tuple[dict[str, float], list[str]]:
         """Sampler-vs-π_old statistics; warnings, or FailedPrecondition past a stop threshold."""
-        host_old = np.concatenate([np.asarray(x) for x in old])
+        host_old = np.concatenate(to_host(old))
         assert batch.sampler_logp is not None
         stats = mismatch(
             batch.sampler_logp.reshape(host_old.shape),
@@ -311,7 +327,7 @@ class Trainer:
         parts = u.minibatches * u.grad_accum
         fns = self._functions(batch.kind, batch.tokens.shape[1])
         micro = [
-            {k: jax.device_put(v, batch_sharding(self.mesh, v.ndim)) for k, v in mb.arrays.items()}
+            {k: put_global(v, batch_sharding(self.mesh, v.ndim)) for k, v in mb.arrays.items()}
             for mb in split_batch(batch, parts)
         ]
         fused = self._fuses_old(batch)
@@ -330,8 +346,8 @@ class Trainer:
             stats, warnings = self._mismatch(batch, fused_old)
         n_updates = u.epochs * u.minibatches
         metrics = summarize(
-            jax.device_get(per_micro),
-            [float(x) for x in jax.device_get(norms)],
+            to_host(per_micro),
+            [float(x) for x in to_host(norms)],
             kind=batch.kind,
             grad_accum=u.grad_accum,
             per_epoch=parts,
