@@ -64,3 +64,16 @@ def test_sharded_step_equals_single_device_and_replays_bit_identically() -> None
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     assert result.stdout.strip().endswith("OK")
     assert result.stdout.count("max diff") == 1
+
+
+def test_fsdp_zero_takes_the_devices_the_other_axes_leave() -> None:
+    from rlx_core.errors import ConfigError
+    from rlx_trainer.config import MeshConfig
+
+    assert MeshConfig(fsdp=0).resolve(8) == (1, 8, 1)
+    assert MeshConfig(data=2, fsdp=0, tensor=2).resolve(16) == (2, 4, 2)
+    assert MeshConfig(fsdp=2).resolve(8) == (1, 2, 1)  # a given fsdp is kept as it is
+    with pytest.raises(ConfigError, match="fsdp"):
+        MeshConfig(data=3, fsdp=0).resolve(8)
+    with pytest.raises(ConfigError, match="fsdp"):
+        MeshConfig(fsdp=-1)

@@ -497,6 +497,9 @@ class ProvisionConfig:
     install: str = ""  # pip arguments the nodes install rlx with; "" = rlx at this version
     base_port: int = 50100  # services listen on base_port, base_port + 1, ... of their hosts
     poll_s: float = 30.0  # seconds between checks of the nodes' states (apply, preemption)
+    # the trainer's mesh over its slice (data, fsdp, tensor); fsdp 0 = every device the others
+    # leave
+    trainer_mesh: tuple[int, int, int] = (1, 0, 1)
     labels: dict[str, str] = field(default_factory=dict)  # added to every queued resource
     trainer: PoolConfig = field(default_factory=lambda: PoolConfig(accelerator_type="v5p-8"))
     inference: PoolConfig = field(default_factory=lambda: PoolConfig(accelerator_type="v5p-8"))
@@ -515,6 +518,13 @@ class ProvisionConfig:
             )
         if not self.poll_s > 0:
             raise ConfigError("must be > 0", field="poll_s", value=self.poll_s)
+        data, fsdp, tensor = self.trainer_mesh
+        if data < 1 or tensor < 1 or fsdp < 0:
+            raise ConfigError(
+                "(data, fsdp, tensor): data and tensor >= 1, fsdp >= 1 or 0 (the rest)",
+                field="trainer_mesh",
+                value=self.trainer_mesh,
+            )
         if not 1024 <= self.base_port <= 65000:
             raise ConfigError("must be within 1024-65000", field="base_port", value=self.base_port)
         for key, value in self.labels.items():

@@ -111,10 +111,11 @@ class TpuRunServices(RunServices):
         configs: dict[str, dict[str, Any]] = {}
         for n in self.paramservers:
             configs[n] = {"args": ["--max-versions", "8"], "config": ""}
-        configs["trainer"] = {
-            "args": [],
-            "config": _toml(self._node_tables(self._trainer_tables(ps))),
-        }
+        assert self.cfg.provision is not None
+        trainer = self._node_tables(self._trainer_tables(ps))
+        data, fsdp, tensor = self.cfg.provision.trainer_mesh
+        trainer["mesh"] = {"data": data, "fsdp": fsdp, "tensor": tensor}
+        configs["trainer"] = {"args": [], "config": _toml(trainer)}
         for i, n in enumerate(self.workers):
             configs[n] = {
                 "args": [],

@@ -56,15 +56,33 @@ class MeshConfig:
     """The device mesh (data, fsdp, tensor); the product must equal the number of devices."""
 
     data: int = 1  # data-parallel replicas, >= 1 (batch rows split over data × fsdp)
-    fsdp: int = 1  # fully-sharded data parallel: params sharded too, >= 1
+    # fully-sharded data parallel: params sharded too, >= 1; 0 = every device data × tensor
+    # leaves (a slice whose size the config does not know)
+    fsdp: int = 1
     tensor: int = 1  # tensor parallel: heads / MLP width / vocab split, >= 1
 
     def __post_init__(self) -> None:
-        _positive(self, "data", "fsdp", "tensor")
+        _positive(self, "data", "tensor")
+        if self.fsdp < 0:
+            raise ConfigError("must be >= 1, or 0 for the remaining devices", field="fsdp")
 
     @property
     def shape(self) -> tuple[int, int, int]:
+        """(data, fsdp, tensor) as configured (fsdp 0: see `resolve`)."""
         return (self.data, self.fsdp, self.tensor)
+
+    def resolve(self, devices: int) -> tuple[int, int, int]:
+        """The shape on `devices` devices: fsdp 0 takes all that data × tensor leave."""
+        if self.fsdp:
+            return self.shape
+        rest, left = divmod(devices, self.data * self.tensor)
+        if left or not rest:
+            raise ConfigError(
+                f"fsdp = 0: {devices} devices do not divide into data {self.data} × tensor "
+                f"{self.tensor}",
+                field="fsdp",
+            )
+        return (self.data, rest, self.tensor)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -308,7 +308,7 @@ class TrainerService:
             kept_versions=tuple(t.kept_versions) if t else (),
             checkpoint_steps=steps,
             last_metrics=dict(t.last_metrics) if t else {},
-            mesh_shape=self.config.mesh.shape,
+            mesh_shape=t.mesh_shape if t else self.config.mesh.shape,
             checkpoint_uri=self.config.checkpoint.uri,
         )
 

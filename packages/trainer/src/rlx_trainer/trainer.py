@@ -119,7 +119,7 @@ class Trainer:
         )
         self.seed = seed
         self.puller = puller
-        shape = config.mesh.shape
+        shape = self.mesh_shape = config.mesh.resolve(jax.device_count())
         if jax.process_count() > 1 and math.prod(shape) != jax.device_count():
             raise ConfigError(
                 f"mesh {shape} must use all {jax.device_count()} devices of the "
@@ -239,7 +239,7 @@ class Trainer:
             self.cfg,
             u,
             step=self.state.step,
-            rows_divisor=self.config.mesh.data * self.config.mesh.fsdp,
+            rows_divisor=self.mesh_shape[0] * self.mesh_shape[1],
         )
 
     def _old_source(self, batch: TrainBatch) -> int:
