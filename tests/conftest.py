@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -26,3 +28,31 @@ def sim() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="session")
+def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[tuple[str, ...]], Path]:
+    """`clean_run(extra)`: the run directory of an uninterrupted `rlx up` of the small demo
+    (up_helpers.SMALL) with the `--set` values `extra`, run once per session for each `extra`:
+    the reference the resume tests compare with."""
+    from up_helpers import CLI, small_sets
+
+    done: dict[tuple[str, ...], Path] = {}
+
+    def run(extra: tuple[str, ...]) -> Path:
+        if extra not in done:
+            run_dir = tmp_path_factory.mktemp("clean") / "run"
+            sets = [x for s in extra for x in ("--set", s)]
+            proc = subprocess.run(
+                [*CLI, "up", "--run-dir", str(run_dir), *small_sets(), *sets],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=300,
+                check=False,
+            )
+            text = proc.stdout.decode(errors="replace")
+            assert proc.returncode == 0 and "finished at step" in text, text
+            done[extra] = run_dir
+        return done[extra]
+
+    return run

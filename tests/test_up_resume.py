@@ -17,6 +17,7 @@ import random
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,6 @@ def _up(run_dir: Path | str, extra: list[str], work: Path | None = None) -> subp
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-
-
-def _finish(proc: subprocess.Popen[bytes], timeout: float = 240) -> str:
-    out, _ = proc.communicate(timeout=timeout)
-    text = out.decode(errors="replace")
-    assert proc.returncode == 0, text
-    return text
 
 
 def _wait_step(run_dir: Path, step: int, proc: subprocess.Popen[bytes]) -> None:
@@ -84,15 +78,14 @@ def test_resume_after_sigkills_equals_an_uninterrupted_run(
     accept: int,
     dynamic: bool,
     remote: bool,
+    clean_run: Callable[[tuple[str, ...]], Path],
 ) -> None:
     extra = [f"staleness.reload={reload}", f"staleness.accept={accept}"]
     # (2, 4) also runs DAPO dynamic sampling: refills must replay exactly too
     extra.append(f"dynamic_sampling.enabled={'true' if dynamic else 'false'}")
     rng = random.Random(reload * 100 + accept)
 
-    clean = tmp_path / "clean"
-    out = _finish(_up(clean, extra))
-    assert f"finished at step {STEPS}" in out
+    clean = clean_run(tuple(extra))
     reference = _summary(clean)
     assert reference["steps"] == STEPS and reference["heldout_before"] is not None
 

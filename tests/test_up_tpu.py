@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ from rlx_core.config import to_toml
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
 
+# the --set values of test_up_resume's (1, 1) case, whose clean run this test compares with
+RESUME_CASE = ("staleness.reload=1", "staleness.accept=1", "dynamic_sampling.enabled=false")
 SECRET = "rlx-test-token"
 PROJECT = "test-project"
 
@@ -164,7 +167,10 @@ capacity = "spot"
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_up_on_tpu_preempted_resumed_and_deleted(
-    tmp_path: Path, new_root: Any, gcs_env: str
+    tmp_path: Path,
+    new_root: Any,
+    gcs_env: str,
+    clean_run: Callable[[tuple[str, ...]], Path],
 ) -> None:
     token = tmp_path / "token"
     create_token_file(token)
@@ -173,19 +179,10 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
     config = _config(tmp_path, run, token)
     work = tmp_path / "work"
 
-    # the reference: the same config with every service a local process
-    local = subprocess.run(
-        [
-            *CLI,
-            *("up", str(config), "--run-dir", str(tmp_path / "local"), "--provider", "local"),
-            *small_sets(),
-        ],
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
-    assert local.returncode == 0, local.stderr.decode(errors="replace")
-    reference = json.loads((tmp_path / "local" / "summary.json").read_text())
+    # the reference: the demo run with every service a local process; the demo's staleness is
+    # (1, 1) without dynamic sampling, as test_up_resume's first case (which shares it)
+    clean = clean_run(RESUME_CASE)
+    reference = json.loads((clean / "summary.json").read_text())
 
     with FakeTpuApi(activate_after=2) as api:
         env = {
