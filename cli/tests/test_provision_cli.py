@@ -107,3 +107,16 @@ def test_apply_stops_on_a_failed_node_with_the_reason(config: Path, fake: FakeTp
     assert code == 1 and "not ACTIVE after" in out, out
     assert "re-created" not in out  # a failed apply prints no summary; the fake saw the delete
     assert len(fake.requests("DeleteQueuedResource")) == 1
+
+
+def test_an_api_error_is_one_line_naming_what_failed(config: Path, fake: FakeTpuApi) -> None:
+    import grpc
+
+    fake.fail_next("ListQueuedResources", grpc.StatusCode.PERMISSION_DENIED, "tpu.list denied")
+    code, out = _run("provision", "list", str(config))
+    assert code == 1 and "Traceback" not in out
+    assert "PermissionDenied: listing the queued resources of projects/my-project" in out
+    assert "tpu.list denied" in out and "Running on TPUs" in out
+    fake.fail_next("CreateQueuedResource", grpc.StatusCode.RESOURCE_EXHAUSTED, "quota: 0 chips")
+    code, out = _run("provision", "apply", str(config), "--poll", "0.01")
+    assert code == 1 and re.search(r"creating math-qwen-\w+-trainer-0: quota: 0 chips", out), out

@@ -15,14 +15,15 @@ trials); nothing else changes.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlx_core.errors import Cancelled, DeadlineExceeded, NotFound, RlxError
+from rlx_core.errors import Cancelled, DeadlineExceeded, NotFound, PermissionDenied, RlxError
 
 if TYPE_CHECKING:
     from google.cloud import tpu_v2
@@ -142,26 +143,22 @@ class TpuApi:
         """Create the queued resource of `node` (returns once the API accepted it)."""
         from google.api_core import exceptions as gexc
 
-        try:
+        # AlreadyExists: created meanwhile (a concurrent apply): the same name, the same plan
+        with _calling(f"creating {node.node_id}"), contextlib.suppress(gexc.AlreadyExists):
             self.client.create_queued_resource(
                 parent=self.parent,
                 queued_resource_id=node.node_id,
                 queued_resource=self.queued_resource(node, startup, service_account),
             )
-        except gexc.AlreadyExists:
-            pass  # created meanwhile (a concurrent apply): the same name, the same plan
-        except gexc.GoogleAPICallError as e:
-            raise RlxError(f"creating {node.node_id}: {e.message or e}") from e
 
     def get(self, node_id: str) -> NodeState:
         from google.api_core import exceptions as gexc
 
-        try:
-            qr = self.client.get_queued_resource(name=self.qr_name(node_id))
-        except gexc.NotFound:
-            return NodeState(node_id, MISSING)
-        except gexc.GoogleAPICallError as e:
-            raise RlxError(f"reading {node_id}: {e.message or e}") from e
+        with _calling(f"reading {node_id}"):
+            try:
+                qr = self.client.get_queued_resource(name=self.qr_name(node_id))
+            except gexc.NotFound:
+                return NodeState(node_id, MISSING)
         return _state_of(node_id, qr)
 
     def states(self, plan: Plan) -> dict[str, NodeState]:
@@ -171,13 +168,14 @@ class TpuApi:
     def list_run(self, run: str = "") -> builtins.list[NodeState]:
         """The queued resources rlx made in this zone (label rlx-run), of one run if named."""
         out = []
-        for qr in self.client.list_queued_resources(parent=self.parent):
-            node_id = qr.name.rsplit("/", 1)[-1]
-            st = _state_of(node_id, qr)
-            labels = st.labels or {}
-            if "rlx-run" not in labels or (run and labels["rlx-run"] != run):
-                continue
-            out.append(st)
+        with _calling(f"listing the queued resources of {self.parent}"):
+            for qr in self.client.list_queued_resources(parent=self.parent):
+                node_id = qr.name.rsplit("/", 1)[-1]
+                st = _state_of(node_id, qr)
+                labels = st.labels or {}
+                if "rlx-run" not in labels or (run and labels["rlx-run"] != run):
+                    continue
+                out.append(st)
         return sorted(out, key=lambda s: s.node_id)
 
     def hosts(self, node: NodePlan | str) -> builtins.list[str]:
@@ -185,10 +183,11 @@ class TpuApi:
         from google.api_core import exceptions as gexc
 
         node_id = node if isinstance(node, str) else node.node_id
-        try:
-            n = self.client.get_node(name=self.node_name(node_id))
-        except gexc.NotFound as e:
-            raise NotFound(f"node {node_id} does not exist") from e
+        with _calling(f"reading node {node_id}"):
+            try:
+                n = self.client.get_node(name=self.node_name(node_id))
+            except gexc.NotFound as e:
+                raise NotFound(f"node {node_id} does not exist") from e
         return [ep.ip_address for ep in n.network_endpoints]
 
     # --- the whole plan ----------------------------------------------------------------------
@@ -273,22 +272,38 @@ class TpuApi:
 
     def _delete_one(self, node_id: str) -> bool:
         from google.api_core import exceptions as gexc
+        from google.cloud import tpu_v2
 
-        try:
-            from google.cloud import tpu_v2
-
-            request = tpu_v2.DeleteQueuedResourceRequest(name=self.qr_name(node_id), force=True)
-            op = self.client.delete_queued_resource(request=request)
-        except gexc.NotFound:
-            return False
-        except gexc.GoogleAPICallError as e:
-            raise RlxError(f"deleting {node_id}: {e.message or e}") from e
-        op.result()
+        request = tpu_v2.DeleteQueuedResourceRequest(name=self.qr_name(node_id), force=True)
+        with _calling(f"deleting {node_id}"):
+            try:
+                op = self.client.delete_queued_resource(request=request)
+            except gexc.NotFound:
+                return False
+            op.result()
         return True
 
     def delete(self, node_ids: builtins.list[str]) -> builtins.list[str]:
         """Delete these queued resources and their nodes (force); return those that existed."""
         return [n for n in node_ids if self._delete_one(n)]
+
+
+@contextlib.contextmanager
+def _calling(what: str) -> Iterator[None]:
+    """An error of the API or of its credentials as an RlxError that says what was being done
+    (PermissionDenied pointing at the roles the README lists); a caller's own handling of, say,
+    NotFound goes inside."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as gauth
+
+    try:
+        yield
+    except gexc.PermissionDenied as e:
+        raise PermissionDenied(
+            f"{what}: {e.message or e} (the roles needed: README, Running on TPUs, Permissions)"
+        ) from e
+    except (gexc.GoogleAPICallError, gexc.RetryError, gauth.GoogleAuthError) as e:
+        raise RlxError(f"{what}: {getattr(e, 'message', None) or e}") from e
 
 
 def _state_of(node_id: str, qr: Any) -> NodeState:
