@@ -29,7 +29,7 @@ provision_app = typer.Typer(
     no_args_is_help=True,
 )
 
-TARGET_HELP = "A run config TOML with a [provision] table, or the run directory of `rlx up`."
+TARGET_HELP = "A run config TOML with a \\[provision] table, or the run directory of `rlx up`."
 
 
 def _fail(message: str) -> NoReturn:
@@ -137,8 +137,9 @@ def apply_cmd(
     ),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until every node is ACTIVE."),
 ) -> None:
-    """Create the run's queued resources that are missing (re-create preempted or failed ones)
-    and wait until every node is ACTIVE. Running it twice creates nothing new."""
+    """Create what is missing, re-create what was preempted or failed, wait until ACTIVE.
+
+    Names derive from the run: running it twice creates nothing new."""
     from rlx_controller.providers.gcp_tpu import TpuApi
     from rlx_controller.provision import startup_script
 
@@ -171,7 +172,7 @@ def list_cmd(
         False, "--all", help="Every rlx run's queued resources in the zone, not only this one's."
     ),
 ) -> None:
-    """The queued resources of the run (or, with --all, of every rlx run) and their states."""
+    """The run's queued resources and their states (--all: every rlx run's)."""
     from rlx_controller.providers.gcp_tpu import TpuApi
 
     plan = _plan(target, [])
@@ -206,8 +207,9 @@ def delete_cmd(
     target: str = typer.Argument(..., help=TARGET_HELP),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
 ) -> None:
-    """Delete the run's queued resources and their TPU VMs (the run directory stays: `rlx
-    resume` provisions them again)."""
+    """Delete the run's queued resources and their TPU VMs (asks first).
+
+    The run directory stays: `rlx resume` provisions them again."""
     from rlx_controller.providers.gcp_tpu import TpuApi
 
     plan = _plan(target, [])
