@@ -207,7 +207,7 @@ def up(
         None,
         "--provider",
         help="local: every service a process on this machine; gcp-tpu: on TPU VMs of the "
-        "config's [provision] table (provisioned first, as `rlx provision apply` does); "
+        "config's \\[provision] table (provisioned first, as `rlx provision apply` does); "
         "default: the config's services.provider (local).",
     ),
 ) -> None:
