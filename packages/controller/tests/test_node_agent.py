@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rlx_controller.node import config_key, event_key
+from rlx_controller.node import config_key, event_key, exit_key
 from rlx_core.clients import LifecycleClient
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
@@ -100,6 +100,9 @@ def test_agent_starts_restarts_and_reports_sigterm(tmp_path: Path) -> None:
         # the service dies: the agent starts it again
         os.kill(second, signal.SIGKILL)
         _expect(out, r"paramserver-0 exited with code -9; restarting it")
+        report = json.loads(storage.get(exit_key("paramserver-0")))  # for the controller
+        assert (report["node"], report["code"], report["starts"]) == ("n1", -9, 2)
+        assert "paramserver" in report["tail"]
         third = int(_expect(out, r"started paramserver-0 .*\(pid (\d+), start 3\)").group(1))
         with LifecycleClient(address, token_file=str(token)) as client:
             client.wait_ready(60)

@@ -3,16 +3,22 @@ Cloud TPU v2 API (a real gRPC server on 127.0.0.1, driven through google-cloud-t
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rlx_controller.node import exit_key
 from rlx_controller.providers.fake_tpu import FakeTpuApi
 from rlx_controller.providers.gcp_tpu import ProvisionFailed, TpuApi
 from rlx_controller.provision import make_plan, startup_script
 from rlx_controller.run_config import RunConfig, config_hash, loads_run_config
+from rlx_controller.rundir import RunPaths
+from rlx_controller.tpu_services import TpuRunServices
 from rlx_core.errors import Cancelled, ConfigError, DeadlineExceeded
 
 BASE = """
@@ -218,3 +224,25 @@ def test_a_cancelled_wait_stops_and_leaves_the_queue(
     with pytest.raises(Cancelled, match="their queued resources stay"):
         api.apply(plan, lambda n: startup_script(plan, n), poll_s=60, cancel=cancel)
     assert len(fake.queued_resources()) == len(plan.nodes)
+
+
+def test_the_controller_shows_why_a_remote_service_does_not_answer(
+    fake: FakeTpuApi, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, new_root: Any, gcs_env: str
+) -> None:
+    run = new_root("gcs", "runs/r1")
+    cfg = _cfg(overrides=(f"run_dir={run}",))
+    said: list[str] = []
+    services = TpuRunServices(
+        cfg,
+        RunPaths.of(run, tmp_path / "work"),
+        tmp_path / "token",
+        log=said.append,
+        api=_api(fake, monkeypatch),
+    )
+    services._show_exit("trainer")  # no report: nothing to say
+    report = {"node": "n-trainer-0", "code": 1, "starts": 2, "tail": "ValueError: bad", "unix": 1.0}
+    services.paths.storage.put(exit_key("trainer"), json.dumps(report).encode())
+    services._show_exit("trainer")
+    services._show_exit("trainer")  # the same report once
+    assert len(said) == 1 and "trainer on node n-trainer-0 exited with code 1 (start 2" in said[0]
+    assert said[0].endswith("ValueError: bad")

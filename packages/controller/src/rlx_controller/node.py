@@ -35,10 +35,19 @@ from rlx_controller.providers.local import KINDS
 from rlx_core.errors import RlxError
 from rlx_core.storage import Storage, open_storage
 
-__all__ = ["CONFIG_PREFIX", "EVENTS_PREFIX", "config_key", "event_key", "main"]
+__all__ = [
+    "CONFIG_PREFIX",
+    "EVENTS_PREFIX",
+    "EXITS_PREFIX",
+    "config_key",
+    "event_key",
+    "exit_key",
+    "main",
+]
 
 CONFIG_PREFIX = "nodes/"  # the controller's configs of the services, one JSON file each
 EVENTS_PREFIX = "events/"  # what the agents report (a SIGTERM), one JSON file each
+EXITS_PREFIX = "exits/"  # a service's last unexpected exit (code, the end of its log)
 RESTART_DELAY_S = 5.0
 
 
@@ -48,6 +57,10 @@ def config_key(service: str) -> str:
 
 def event_key(node: str, worker: int) -> str:
     return f"{EVENTS_PREFIX}{node}-w{worker}.json"
+
+
+def exit_key(service: str) -> str:
+    return f"{EXITS_PREFIX}{service}.json"
 
 
 @dataclass
@@ -176,6 +189,7 @@ class Agent:
                     code = s.proc.returncode
                     self._stop_one(s)
                     s.exited_at = time.monotonic()
+                    self._report_exit(s, code)
                     self.say(f"{s.name} exited with code {code}; restarting it")
                 if s.proc is None and time.monotonic() - s.exited_at >= RESTART_DELAY_S:
                     self._start(s, config)
@@ -190,6 +204,25 @@ class Agent:
             end = time.monotonic() + self.poll_s
             while not self.stopping and time.monotonic() < end:
                 time.sleep(min(0.1, self.poll_s))
+
+    def _report_exit(self, s: _Service, code: int) -> None:
+        """Tell the controller why a service is not answering (it shows it while it waits)."""
+        try:
+            lines = (self.home / "logs" / f"{s.name}.log").read_text(errors="replace")
+        except OSError:
+            lines = ""
+        report = {
+            "node": self.node,
+            "service": s.name,
+            "code": code,
+            "starts": s.starts,
+            "tail": "\n".join(lines.strip().splitlines()[-15:]),
+            "unix": time.time(),
+        }
+        try:
+            self.storage.put(exit_key(s.name), json.dumps(report).encode())
+        except RlxError as e:
+            self.say(f"could not report the exit of {s.name}: {e}")
 
     def on_sigterm(self) -> None:
         """The VM is going away (a signal handler: it only sets flags; the loop, once out,

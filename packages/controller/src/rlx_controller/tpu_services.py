@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.node import EVENTS_PREFIX, config_key
+from rlx_controller.node import EVENTS_PREFIX, EXITS_PREFIX, config_key, exit_key
 from rlx_controller.providers.gcp_tpu import TpuApi
 from rlx_controller.providers.local import ServiceHandle
 from rlx_controller.provision import Plan, make_plan, startup_script
@@ -93,6 +93,7 @@ class TpuRunServices(RunServices):
         self.provider = self.remote  # type: ignore[assignment]
         self._monitor: threading.Thread | None = None
         self._stop = threading.Event()
+        self._exits_shown: dict[str, tuple[int, float]] = {}
         self.cancel = cancel or threading.Event()  # set: stop waiting (Ctrl-C while starting)
 
     # --- configs -----------------------------------------------------------------------------
@@ -150,6 +151,7 @@ class TpuRunServices(RunServices):
                 self.log(f"{node_id}: {what}")
         # reports of an earlier start are answered by this one
         self.paths.storage.delete_prefix(EVENTS_PREFIX)
+        self.paths.storage.delete_prefix(EXITS_PREFIX)
         hosts = {n.node_id: api.hosts(n) for n in plan.nodes}
         handles = self.remote.handles
         for name, (node, s) in plan.services().items():
@@ -188,11 +190,16 @@ class TpuRunServices(RunServices):
     def _wait_ready(self, on_wait: Callable[[str, float], None] | None) -> None:
         errors: list[BaseException] = []
 
+        shown: dict[str, float] = {}
+
         def progress(name: str, t: float) -> None:
             if self.cancel.is_set():
                 raise Cancelled(f"stopped waiting for {name}")
             if on_wait is not None:
                 on_wait(name, t)
+            if t - shown.get(name, 0.0) >= 10:
+                shown[name] = t
+                self._show_exit(name)
 
         def wait(name: str, address: str) -> None:
             try:
@@ -212,6 +219,22 @@ class TpuRunServices(RunServices):
             t.join()
         if errors:
             raise errors[0]
+
+    def _show_exit(self, name: str) -> None:
+        """Log a service's last unexpected exit on its node, once per report."""
+        try:
+            raw = self.paths.storage.get(exit_key(name))
+        except RlxError:
+            return  # none (yet)
+        report = json.loads(raw)
+        key = (report["starts"], report["unix"])
+        if self._exits_shown.get(name) == key:
+            return
+        self._exits_shown[name] = key
+        self.log(
+            f"{name} on node {report['node']} exited with code {report['code']} (start "
+            f"{report['starts']}; its agent restarts it); the end of its log:\n{report['tail']}"
+        )
 
     # --- watching ----------------------------------------------------------------------------
     def check(self) -> dict[str, str]:
