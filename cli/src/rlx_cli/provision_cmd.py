@@ -20,7 +20,7 @@ from rich.table import Table
 
 from rlx_core.errors import RlxError
 
-__all__ = ["load_tpu_config", "provision_app", "show_progress"]
+__all__ = ["load_tpu_config", "provision_app"]
 
 console = Console(stderr=True)
 
@@ -110,23 +110,6 @@ def plan_cmd(
         typer.echo(startup_script(plan, node))
 
 
-def show_progress(log: Any = None) -> Any:
-    """An `on_progress(states, elapsed)` for TpuApi.apply: a line per change of the states (and
-    every minute), to `log` or stderr."""
-    last: dict[str, Any] = {"text": "", "at": -60.0}
-
-    def on_progress(states: dict[str, Any], elapsed: float) -> None:
-        text = ", ".join(
-            f"{s.node_id} {s.state}{' ' + s.reason if s.reason else ''}" for s in states.values()
-        )
-        if text != last["text"] or elapsed - last["at"] >= 60:
-            last["text"], last["at"] = text, elapsed
-            line = f"[{elapsed:5.0f} s] {text}"
-            (log or console.print)(line)
-
-    return on_progress
-
-
 @provision_app.command("apply")
 def apply_cmd(
     target: str = typer.Argument(..., help=TARGET_HELP),
@@ -140,7 +123,7 @@ def apply_cmd(
     """Create what is missing, re-create what was preempted or failed, wait until ACTIVE.
 
     Names derive from the run: running it twice creates nothing new."""
-    from rlx_controller.providers.gcp_tpu import TpuApi
+    from rlx_controller.providers.gcp_tpu import TpuApi, state_lines
     from rlx_controller.provision import startup_script
 
     plan = _plan(target, overrides)
@@ -150,7 +133,7 @@ def apply_cmd(
             done = api.apply(
                 plan,
                 lambda node: startup_script(plan, node),
-                on_progress=show_progress(),
+                on_progress=state_lines(console.print),
                 poll_s=poll_s,
                 timeout_s=timeout_s,
                 wait=wait,

@@ -26,7 +26,13 @@ from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
 from rlx_core.storage import join_uri
 
-__all__ = ["RunServices", "base_model_dir", "engine_context", "kill_stale_services"]
+__all__ = [
+    "RunServices",
+    "base_model_dir",
+    "engine_context",
+    "kill_stale_services",
+    "service_toml",
+]
 
 # settings of the trainer's objective that a run config's algorithm.overrides may set
 _OBJECTIVE_KEYS = ("eps_low", "eps_high", "beta", "tis_cap")
@@ -58,7 +64,8 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
-def _toml(tables: dict[str, Any]) -> str:
+def service_toml(tables: dict[str, Any]) -> str:
+    """The TOML text of a service config given as tables (what its --config file holds)."""
     lines = [f"{k} = {_toml_value(v)}" for k, v in tables.items() if not isinstance(v, dict)]
     for name, table in tables.items():
         if isinstance(table, dict):
@@ -103,7 +110,7 @@ class RunServices:
 
     def _conf(self, name: str, tables: dict[str, Any]) -> tuple[str, ...]:
         path = self.conf_dir / f"{name}.toml"
-        path.write_text(_toml(tables))
+        path.write_text(service_toml(tables))
         return ("--config", str(path))
 
     def _trainer_tables(self, ps: list[str]) -> dict[str, Any]:

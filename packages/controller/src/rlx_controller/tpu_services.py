@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from rlx_controller.node import EVENTS_PREFIX, EXITS_PREFIX, config_key, exit_key
-from rlx_controller.providers.gcp_tpu import TpuApi
+from rlx_controller.providers.gcp_tpu import TpuApi, state_lines
 from rlx_controller.providers.local import ServiceHandle
 from rlx_controller.provision import Plan, make_plan, startup_script
 from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
-from rlx_controller.services import RunServices
+from rlx_controller.services import RunServices, service_toml
 from rlx_core.clients import LifecycleClient
 from rlx_core.errors import Cancelled, ConfigError, RlxError
 from rlx_core.rpc.auth import default_token_path
@@ -106,8 +106,6 @@ class TpuRunServices(RunServices):
         return tables
 
     def _write_configs(self) -> None:
-        from rlx_controller.services import _toml
-
         ps = [self.address(n) for n in self.paramservers]
         configs: dict[str, dict[str, Any]] = {}
         for n in self.paramservers:
@@ -116,11 +114,11 @@ class TpuRunServices(RunServices):
         trainer = self._node_tables(self._trainer_tables(ps))
         data, fsdp, tensor = self.cfg.provision.trainer_mesh
         trainer["mesh"] = {"data": data, "fsdp": fsdp, "tensor": tensor}
-        configs["trainer"] = {"args": [], "config": _toml(trainer)}
+        configs["trainer"] = {"args": [], "config": service_toml(trainer)}
         for i, n in enumerate(self.workers):
             configs[n] = {
                 "args": [],
-                "config": _toml(self._node_tables(self._worker_tables(i, ps))),
+                "config": service_toml(self._node_tables(self._worker_tables(i, ps))),
             }
         for n in self.verifiers:
             configs[n] = {"args": [], "config": ""}
@@ -131,18 +129,10 @@ class TpuRunServices(RunServices):
     def start(self, on_wait: Callable[[str, float], None] | None = None) -> None:
         plan, api = self.plan, self.api
         self.log(f"provisioning {len(plan.nodes)} TPU nodes of run {plan.name} in {plan.zone}")
-        shown: dict[str, Any] = {"text": "", "at": -60.0}
-
-        def progress(states: dict[str, Any], elapsed: float) -> None:
-            text = ", ".join(f"{s.node_id} {s.state}" for s in states.values())
-            if text != shown["text"] or elapsed - shown["at"] >= 60:
-                shown["text"], shown["at"] = text, elapsed
-                self.log(f"[{elapsed:.0f} s] {text}")
-
         done = api.apply(
             plan,
             lambda node: startup_script(plan, node),
-            on_progress=progress,
+            on_progress=state_lines(self.log),
             poll_s=self.poll_s,
             cancel=self.cancel,
         )

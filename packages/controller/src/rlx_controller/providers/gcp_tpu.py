@@ -36,6 +36,7 @@ __all__ = [
     "NodeState",
     "ProvisionFailed",
     "TpuApi",
+    "state_lines",
 ]
 
 ENDPOINT_ENV = "RLX_TPU_API_ENDPOINT"
@@ -286,6 +287,23 @@ class TpuApi:
     def delete(self, node_ids: builtins.list[str]) -> builtins.list[str]:
         """Delete these queued resources and their nodes (force); return those that existed."""
         return [n for n in node_ids if self._delete_one(n)]
+
+
+def state_lines(log: Callable[[str], None]) -> Callable[[dict[str, NodeState], float], None]:
+    """An `on_progress` for `apply` / `wait_active`: one line to `log` per change of the nodes'
+    states, and one a minute while nothing changes."""
+    last_text = [""]
+    last_at = [-60.0]
+
+    def on_progress(states: dict[str, NodeState], elapsed: float) -> None:
+        text = ", ".join(
+            f"{s.node_id} {s.state}{' ' + s.reason if s.reason else ''}" for s in states.values()
+        )
+        if text != last_text[0] or elapsed - last_at[0] >= 60:
+            last_text[0], last_at[0] = text, elapsed
+            log(f"[{elapsed:5.0f} s] {text}")
+
+    return on_progress
 
 
 @contextlib.contextmanager
