@@ -12,12 +12,13 @@ config is read). `rlx up CONFIG --provider gcp-tpu` runs `apply` itself.
 from __future__ import annotations
 
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from rlx_cli.up_cmd import _fail
 from rlx_core.errors import RlxError
 
 __all__ = ["load_tpu_config", "provision_app"]
@@ -30,11 +31,6 @@ provision_app = typer.Typer(
 )
 
 TARGET_HELP = "A run config TOML with a \\[provision] table, or the run directory of `rlx up`."
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"rlx: {message}", err=True)
-    raise typer.Exit(1)
 
 
 def load_tpu_config(target: str, overrides: list[str] | tuple[str, ...] = ()) -> Any:
@@ -124,22 +120,17 @@ def apply_cmd(
 
     Names derive from the run: running it twice creates nothing new."""
     from rlx_controller.providers.gcp_tpu import TpuApi, state_lines
-    from rlx_controller.provision import startup_script
 
     plan = _plan(target, overrides)
     try:
-        api = TpuApi.connect(plan.project, plan.zone)
-        try:
+        with TpuApi.connect(plan.project, plan.zone) as api:
             done = api.apply(
                 plan,
-                lambda node: startup_script(plan, node),
                 on_progress=state_lines(console.print),
                 poll_s=poll_s,
                 timeout_s=timeout_s,
                 wait=wait,
             )
-        finally:
-            api.close()
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
     for node_id, what in done.items():
@@ -160,11 +151,8 @@ def list_cmd(
 
     plan = _plan(target, [])
     try:
-        api = TpuApi.connect(plan.project, plan.zone)
-        try:
+        with TpuApi.connect(plan.project, plan.zone) as api:
             rows = api.list_run("" if every_run else plan.name)
-        finally:
-            api.close()
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
     table = Table(title=f"rlx queued resources in {plan.project}/{plan.zone}")
@@ -202,11 +190,8 @@ def delete_cmd(
             _fail("delete asks before it deletes: pass --yes to run it without a terminal")
         typer.confirm(f"delete {len(ids)} queued resources of run {plan.name}?", abort=True)
     try:
-        api = TpuApi.connect(plan.project, plan.zone)
-        try:
+        with TpuApi.connect(plan.project, plan.zone) as api:
             gone = api.delete(ids)
-        finally:
-            api.close()
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
     for node_id in ids:

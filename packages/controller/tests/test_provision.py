@@ -137,7 +137,6 @@ def test_apply_creates_waits_and_a_second_apply_creates_nothing(
     seen: list[set[str]] = []
     done = api.apply(
         plan,
-        lambda n: startup_script(plan, n),
         on_progress=lambda states, _t: seen.append({s.state for s in states.values()}),
         poll_s=0.01,
     )
@@ -154,7 +153,7 @@ def test_apply_creates_waits_and_a_second_apply_creates_nothing(
     assert "spot" in spot and spot.tpu.node_spec[0].node.scheduling_config.spot
     assert api.hosts(plan.nodes[0]) == ["127.0.0.1"]
 
-    again = api.apply(plan, lambda n: startup_script(plan, n), poll_s=0.01)
+    again = api.apply(plan, poll_s=0.01)
     assert set(again.values()) == {"exists"}
     assert len(fake.requests("CreateQueuedResource")) == len(plan.nodes)
     listed = api.list_run(plan.name)
@@ -169,13 +168,13 @@ def test_a_failed_node_is_reported_with_the_reason_and_recreated(
     plan = make_plan(_cfg())
     api = _api(fake, monkeypatch)
     fake.activate_after = None  # stays waiting until the test moves it
-    api.apply(plan, lambda n: startup_script(plan, n), wait=False)
+    api.apply(plan, wait=False)
     victim = plan.nodes[2].node_id
     fake.set_state(victim, "FAILED", error="no v5p capacity in us-east5-a")
     with pytest.raises(ProvisionFailed, match=f"{victim} FAILED: no v5p capacity"):
         api.wait_active(plan, poll_s=0.01)
     with pytest.raises(DeadlineExceeded, match="not ACTIVE after"):
-        api.apply(plan, lambda n: startup_script(plan, n), poll_s=0.01, timeout_s=0.05)
+        api.apply(plan, poll_s=0.01, timeout_s=0.05)
     # the failed one was deleted and created again, the others left alone
     deletes = fake.requests("DeleteQueuedResource")
     assert [d.name.rsplit("/", 1)[-1] for d in deletes] == [victim]
@@ -187,14 +186,14 @@ def test_a_suspended_node_is_recreated_by_apply(
 ) -> None:
     plan = make_plan(_cfg())
     api = _api(fake, monkeypatch)
-    api.apply(plan, lambda n: startup_script(plan, n), poll_s=0.01)
+    api.apply(plan, poll_s=0.01)
     victim = plan.nodes[1].node_id
     fake.set_state(victim, "SUSPENDED")
     st = api.get(victim)
     assert (st.state, st.reason) == ("SUSPENDED", "(preempted)")
     with pytest.raises(ProvisionFailed, match=f"{victim} is SUSPENDED"):
         api.wait_active(plan, poll_s=0.01)
-    done = api.apply(plan, lambda n: startup_script(plan, n), poll_s=0.01)
+    done = api.apply(plan, poll_s=0.01)
     assert done[victim] == "re-created (SUSPENDED)"
     assert {v for k, v in done.items() if k != victim} == {"exists"}
     assert api.get(victim).state == "ACTIVE"
@@ -205,7 +204,7 @@ def test_delete_removes_every_node_and_says_which_existed(
 ) -> None:
     plan = make_plan(_cfg())
     api = _api(fake, monkeypatch)
-    api.apply(plan, lambda n: startup_script(plan, n), poll_s=0.01)
+    api.apply(plan, poll_s=0.01)
     ids = [n.node_id for n in plan.nodes]
     assert api.delete(ids) == ids
     assert fake.queued_resources() == [] and fake.nodes() == []
@@ -222,7 +221,7 @@ def test_a_cancelled_wait_stops_and_leaves_the_queue(
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
     with pytest.raises(Cancelled, match="their queued resources stay"):
-        api.apply(plan, lambda n: startup_script(plan, n), poll_s=60, cancel=cancel)
+        api.apply(plan, poll_s=60, cancel=cancel)
     assert len(fake.queued_resources()) == len(plan.nodes)
 
 

@@ -937,16 +937,19 @@ class Driver:
                 self.services.restart_dead(self.log)
                 self._connect()
 
+    def _train_s_per_step(self) -> float:
+        """Median seconds of a train step, past the first three (compilation)."""
+        return float(np.median(self._train_times[3:] or self._train_times or [0.0]))
+
     def _stopped_summary(self) -> RunSummary:
         snap = self.snapshots.latest()
-        times = self._train_times[3:] or self._train_times or [0.0]
         return RunSummary(
             steps=0 if snap is None else snap.step,
             heldout_before=None,
             heldout_after=None,
             params_hash="" if snap is None else snap.params_hash,
             wall_s=0.0,
-            train_s_per_step=float(np.median(times)),
+            train_s_per_step=self._train_s_per_step(),
             stopped=True,
         )
 
@@ -1144,13 +1147,12 @@ class Driver:
                 pool.shutdown(wait=not stopped)
             post_pool.shutdown(wait=not stopped, cancel_futures=True)
         final = self.progress.step
-        times = self._train_times[3:] or self._train_times or [0.0]
         return RunSummary(
             steps=final,
             heldout_before=before,
             heldout_after=after,
             params_hash=self._params_hash(final) if final else "",
             wall_s=0.0,
-            train_s_per_step=float(np.median(times)),
+            train_s_per_step=self._train_s_per_step(),
             stopped=stopped,
         )

@@ -27,12 +27,12 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from rlx_controller.providers.local import KINDS
-from rlx_core.errors import RlxError
+from rlx_controller.providers.local import KINDS, service_command
+from rlx_core.errors import NotFound, RlxError
 from rlx_core.storage import Storage, open_storage
 
 __all__ = [
@@ -73,7 +73,6 @@ class _Service:
     log: IO[bytes] | None = None
     starts: int = 0
     exited_at: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
 
 class Agent:
@@ -120,18 +119,7 @@ class Agent:
         log = open(self.home / "logs" / f"{s.name}.log", "ab")  # noqa: SIM115 - the child's
         log.write(f"\n=== start {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
         log.flush()
-        cmd = [
-            self.python,
-            "-m",
-            KINDS[s.kind],
-            "--host",
-            self.bind,
-            "--port",
-            str(s.port),
-            "--token-file",
-            self.token_file,
-            *args,
-        ]
+        cmd = service_command(self.python, s.kind, s.port, self.token_file, args, host=self.bind)
         env = {**os.environ, "RLX_TOKEN_FILE": self.token_file, "PYTHONUNBUFFERED": "1"}
         s.proc = subprocess.Popen(
             cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True
@@ -155,10 +143,10 @@ class Agent:
         s.proc, s.log = None, None
 
     def _read_config(self, s: _Service) -> bytes | None:
-        try:
-            if not self.storage.exists(config_key(s.name)):
-                return None
+        try:  # one GET per service and poll (no exists() first: it would be a second request)
             return self.storage.get(config_key(s.name))
+        except NotFound:
+            return None  # not written yet
         except RlxError as e:
             self.say(f"cannot read {config_key(s.name)}: {e}")
             return None

@@ -21,6 +21,7 @@ directory.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import shlex
 from dataclasses import dataclass
@@ -82,10 +83,6 @@ class Plan:
     provision: ProvisionConfig
     nodes: tuple[NodePlan, ...]
 
-    @property
-    def parent(self) -> str:
-        return f"projects/{self.project}/locations/{self.zone}"
-
     def services(self) -> dict[str, tuple[NodePlan, ServicePlacement]]:
         """Every service by name, with the node it runs on."""
         return {s.name: (n, s) for n in self.nodes for s in n.services}
@@ -114,16 +111,6 @@ def run_name(cfg: RunConfig) -> str:
     return f"{_slug(tail)[:16].rstrip('-')}-{digest}"
 
 
-def _service_names(cfg: RunConfig) -> dict[str, list[str]]:
-    svc = cfg.services
-    return {
-        "trainer": ["trainer"],
-        "inference": [f"inference-{i}" for i in range(svc.inference_workers)],
-        "paramserver": [f"paramserver-{i}" for i in range(svc.paramserver_replicas)],
-        "verifier": [f"verifier-{i}" for i in range(svc.verifier_workers)],
-    }
-
-
 def make_plan(cfg: RunConfig) -> Plan:
     """The nodes of `cfg`'s `[provision]` and the services on each (no API call)."""
     p = cfg.provision
@@ -133,8 +120,8 @@ def make_plan(cfg: RunConfig) -> Plan:
             field="provision",
         )
     name = run_name(cfg)
-    names = _service_names(cfg)
-    port = iter(range(p.base_port, p.base_port + 10_000))
+    names = cfg.services.service_names()
+    port = itertools.count(p.base_port)
     placements = {
         pool: [ServicePlacement(n, pool, next(port)) for n in names[pool]] for pool in POOLS
     }

@@ -322,6 +322,15 @@ class ServicesConfig:
     token_file: str | None = None  # bearer token of external services; unset: RLX_TOKEN...
     rpc_timeout_s: float = 600.0  # deadline of one call before it is retried, > 0
 
+    def service_names(self) -> dict[str, list[str]]:
+        """The run's services by kind: "trainer", "inference-0", "paramserver-0", ..."""
+        return {
+            "trainer": ["trainer"],
+            "inference": [f"inference-{i}" for i in range(self.inference_workers)],
+            "paramserver": [f"paramserver-{i}" for i in range(self.paramserver_replicas)],
+            "verifier": [f"verifier-{i}" for i in range(self.verifier_workers)],
+        }
+
     def __post_init__(self) -> None:
         _at_least(self, 1, "inference_workers", "paramserver_replicas", "verifier_workers")
         if self.paramserver_replicas > self.inference_workers:

@@ -27,6 +27,7 @@ from rlx_controller.rundir import RunPaths
 from rlx_core.storage import join_uri
 
 __all__ = [
+    "PARAMSERVER_ARGS",
     "RunServices",
     "base_model_dir",
     "engine_context",
@@ -34,6 +35,8 @@ __all__ = [
     "service_toml",
 ]
 
+# the flags every paramserver replica of a run starts with (versions each keeps)
+PARAMSERVER_ARGS = ("--max-versions", "8")
 # settings of the trainer's objective that a run config's algorithm.overrides may set
 _OBJECTIVE_KEYS = ("eps_low", "eps_high", "beta", "tis_cap")
 
@@ -100,10 +103,10 @@ class RunServices:
         self.provider = LocalProvider(paths.work, token_file)
         self.conf_dir = paths.work / "services"
         self.conf_dir.mkdir(parents=True, exist_ok=True)
-        svc = cfg.services
-        self.paramservers = [f"paramserver-{i}" for i in range(svc.paramserver_replicas)]
-        self.workers = [f"inference-{i}" for i in range(svc.inference_workers)]
-        self.verifiers = [f"verifier-{i}" for i in range(svc.verifier_workers)]
+        names = cfg.services.service_names()
+        self.paramservers = names["paramserver"]
+        self.workers = names["inference"]
+        self.verifiers = names["verifier"]
 
     def address(self, name: str) -> str:
         return self.provider.handles[name].address
@@ -178,7 +181,7 @@ class RunServices:
     def specs(self) -> tuple[list[ServiceSpec], list[ServiceSpec]]:
         """(paramserver specs, the rest); the rest need the paramservers' addresses."""
         first = [
-            ServiceSpec(name=n, kind="paramserver", args=("--max-versions", "8"))
+            ServiceSpec(name=n, kind="paramserver", args=PARAMSERVER_ARGS)
             for n in self.paramservers
         ]
         return first, []

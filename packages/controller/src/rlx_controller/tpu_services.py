@@ -17,16 +17,17 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from rlx_controller.node import EVENTS_PREFIX, EXITS_PREFIX, config_key, exit_key
 from rlx_controller.providers.gcp_tpu import TpuApi, state_lines
-from rlx_controller.providers.local import ServiceHandle
-from rlx_controller.provision import Plan, make_plan, startup_script
+from rlx_controller.providers.local import ServiceHandle, write_services
+from rlx_controller.provision import Plan, make_plan
 from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
-from rlx_controller.services import RunServices, service_toml
+from rlx_controller.services import PARAMSERVER_ARGS, RunServices, service_toml
 from rlx_core.clients import LifecycleClient
 from rlx_core.errors import Cancelled, ConfigError, RlxError
 from rlx_core.rpc.auth import default_token_path
@@ -109,7 +110,7 @@ class TpuRunServices(RunServices):
         ps = [self.address(n) for n in self.paramservers]
         configs: dict[str, dict[str, Any]] = {}
         for n in self.paramservers:
-            configs[n] = {"args": ["--max-versions", "8"], "config": ""}
+            configs[n] = {"args": list(PARAMSERVER_ARGS), "config": ""}
         assert self.cfg.provision is not None
         trainer = self._node_tables(self._trainer_tables(ps))
         data, fsdp, tensor = self.cfg.provision.trainer_mesh
@@ -131,7 +132,6 @@ class TpuRunServices(RunServices):
         self.log(f"provisioning {len(plan.nodes)} TPU nodes of run {plan.name} in {plan.zone}")
         done = api.apply(
             plan,
-            lambda node: startup_script(plan, node),
             on_progress=state_lines(self.log),
             poll_s=self.poll_s,
             cancel=self.cancel,
@@ -158,7 +158,8 @@ class TpuRunServices(RunServices):
                 started_at=time.time(),
             )
         self.remote.gone.clear()
-        self._save_handles()
+        # for `rlx status` (pid 0: not a process here; alive when it answers)
+        write_services(self.paths.work, handles, lambda name: name not in self.remote.gone)
         self._write_configs()
         self.log("service configs written; waiting for every service to answer")
         self._wait_ready(on_wait)
@@ -166,20 +167,7 @@ class TpuRunServices(RunServices):
         self._monitor = threading.Thread(target=self._watch, name="tpu-monitor", daemon=True)
         self._monitor.start()
 
-    def _save_handles(self) -> None:
-        """`services.json` in the work directory, as the local provider writes it (pid 0: not
-        a process here), for `rlx status`."""
-        from dataclasses import asdict
-
-        from rlx_controller.providers.local import STATE_FILE
-
-        state = {name: asdict(h) for name, h in sorted(self.remote.handles.items())}
-        self.paths.work.mkdir(parents=True, exist_ok=True)
-        (self.paths.work / STATE_FILE).write_text(json.dumps(state, indent=1, sort_keys=True))
-
     def _wait_ready(self, on_wait: Callable[[str, float], None] | None) -> None:
-        errors: list[BaseException] = []
-
         shown: dict[str, float] = {}
 
         def progress(name: str, t: float) -> None:
@@ -192,23 +180,14 @@ class TpuRunServices(RunServices):
                 self._show_exit(name)
 
         def wait(name: str, address: str) -> None:
-            try:
-                with LifecycleClient(address, token_file=str(self.token_file)) as client:
-                    client.wait_ready(READY_TIMEOUT_S, on_wait=lambda _s, t: progress(name, t))
-            except BaseException as e:
-                errors.append(e)
+            with LifecycleClient(address, token_file=str(self.token_file)) as client:
+                client.wait_ready(READY_TIMEOUT_S, on_wait=lambda _s, t: progress(name, t))
 
         handles = self.remote.handles
-        threads = [
-            threading.Thread(target=wait, args=(n, h.address), daemon=True)
-            for n, h in handles.items()
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        with ThreadPoolExecutor(len(handles), thread_name_prefix="ready") as pool:
+            # all at once; the first error (in service order) is raised once all have ended
+            for future in [pool.submit(wait, n, h.address) for n, h in handles.items()]:
+                future.result()
 
     def _show_exit(self, name: str) -> None:
         """Log a service's last unexpected exit on its node, once per report."""

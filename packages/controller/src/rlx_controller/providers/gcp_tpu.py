@@ -1,11 +1,11 @@
 """The gcp-tpu provider: a run's nodes as queued resources of the Cloud TPU v2 API.
 
-    api = TpuApi.connect(plan.project, plan.zone)   # google-cloud-tpu, Application Default Creds
-    api.apply(plan, startup)       # create what is missing, re-create what was preempted or
+    with TpuApi.connect(plan.project, plan.zone) as api:  # google-cloud-tpu, ADC
+        api.apply(plan)            # create what is missing, re-create what was preempted or
                                    # failed, wait until every node is ACTIVE
-    api.states(plan)               # node id -> state name ("ACTIVE", "SUSPENDED", "MISSING", ...)
-    api.hosts(plan.nodes[0])       # the node's host IPs, worker 0 first
-    api.delete(plan)
+        api.states(plan)           # node id -> state name ("ACTIVE", "SUSPENDED", "MISSING", ...)
+        api.hosts(plan.nodes[0])   # the node's host IPs, worker 0 first
+        api.delete([n.node_id for n in plan.nodes])
 
 `RLX_TPU_API_ENDPOINT=127.0.0.1:PORT` points the client at a local server over an insecure
 channel instead of Google (the fake of `rlx_controller.providers.fake_tpu`, for tests and offline
@@ -42,8 +42,6 @@ __all__ = [
 ENDPOINT_ENV = "RLX_TPU_API_ENDPOINT"
 # states of a queued resource whose node is gone or going: `apply` deletes and re-creates them
 GONE_STATES = ("FAILED", "SUSPENDED", "SUSPENDING")
-# states on the way to ACTIVE
-WAITING_STATES = ("CREATING", "ACCEPTED", "PROVISIONING", "WAITING_FOR_RESOURCES")
 MISSING = "MISSING"
 
 
@@ -94,6 +92,12 @@ class TpuApi:
 
     def close(self) -> None:
         self.client.transport.close()
+
+    def __enter__(self) -> TpuApi:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # --- names -------------------------------------------------------------------------------
     def qr_name(self, node_id: str) -> str:
@@ -195,7 +199,6 @@ class TpuApi:
     def apply(
         self,
         plan: Plan,
-        startup: Callable[[NodePlan], str],
         *,
         on_progress: Callable[[dict[str, NodeState], float], None] | None = None,
         poll_s: float = 10.0,
@@ -208,17 +211,20 @@ class TpuApi:
         Creates the missing ones; deletes and re-creates those FAILED or suspended (preempted);
         leaves the rest. Returns node id -> what was done ("created", "re-created (SUSPENDED)",
         "exists"). ProvisionFailed names a node that ends FAILED while waiting, with the API's
-        reason; DeadlineExceeded after `timeout_s`; Cancelled when `cancel` is set."""
+        reason; DeadlineExceeded after `timeout_s`; Cancelled when `cancel` is set. Each node
+        gets its startup script (`provision.startup_script`)."""
+        from rlx_controller.provision import startup_script
+
         done: dict[str, str] = {}
         sa = plan.provision.service_account
         for node in plan.nodes:
             st = self.get(node.node_id)
             if st.state == MISSING:
-                self.create(node, startup(node), sa)
+                self.create(node, startup_script(plan, node), sa)
                 done[node.node_id] = "created"
             elif st.state in GONE_STATES:
                 self._delete_one(node.node_id)
-                self.create(node, startup(node), sa)
+                self.create(node, startup_script(plan, node), sa)
                 done[node.node_id] = f"re-created ({st.state})"
             else:
                 done[node.node_id] = "exists"

@@ -38,6 +38,8 @@ __all__ = [
     "process_cmdline",
     "read_services",
     "runs_service",
+    "service_command",
+    "write_services",
 ]
 
 # Service kinds and the module whose `main` starts each one.
@@ -135,16 +137,7 @@ class LocalProvider:
         log.write(f"\n=== start {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
         log.flush()
         env = {**os.environ, **self.extra_env, **spec.env, "PYTHONUNBUFFERED": "1"}
-        cmd = [
-            self.python,
-            "-m",
-            KINDS[spec.kind],
-            "--port",
-            str(port),
-            "--token-file",
-            self.token_file,
-            *spec.args,
-        ]
+        cmd = service_command(self.python, spec.kind, port, self.token_file, spec.args)
         proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
@@ -324,13 +317,43 @@ class LocalProvider:
             child.log.close()
 
     def _save(self) -> None:
-        state = {
-            name: {**asdict(handle), "alive": self.alive(name)}
-            for name, handle in sorted(self.handles.items())
-        }
-        tmp = self.run_dir / f".{STATE_FILE}.tmp"
-        tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-        os.replace(tmp, self.run_dir / STATE_FILE)
+        write_services(self.run_dir, self.handles, self.alive)
+
+
+def service_command(
+    python: str,
+    kind: str,
+    port: int,
+    token_file: str,
+    args: Sequence[str] = (),
+    *,
+    host: str | None = None,
+) -> list[str]:
+    """The command line of one service process (`python -m rlx_KIND.server ...`)."""
+    where = ["--host", host] if host is not None else []
+    return [
+        python,
+        "-m",
+        KINDS[kind],
+        *where,
+        "--port",
+        str(port),
+        "--token-file",
+        token_file,
+        *args,
+    ]
+
+
+def write_services(
+    run_dir: str | os.PathLike[str],
+    handles: Mapping[str, ServiceHandle],
+    alive: Callable[[str], bool],
+) -> None:
+    """Record `handles` in `run_dir/services.json` (atomically), for `read_services`."""
+    state = {name: {**asdict(h), "alive": alive(name)} for name, h in sorted(handles.items())}
+    tmp = Path(run_dir) / f".{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    os.replace(tmp, Path(run_dir) / STATE_FILE)
 
 
 def process_alive(pid: int) -> bool:
