@@ -1,11 +1,13 @@
-"""`rlx up --provider gcp-tpu` end to end against the fake Cloud TPU v2 API: provisioning, the
-nodes' startup scripts, a preemption, `rlx resume` re-provisioning, `rlx provision delete`.
+"""`rlx up --provider gcp-tpu` end to end against the fake Cloud TPU v2 API and the fake Compute
+Engine API (the verifier pool is a machine type: a VM): provisioning, the nodes' startup scripts,
+a preemption, `rlx resume` re-provisioning, `rlx provision delete`.
 
-This machine plays the TPU VMs: when a node of the fake turns READY, its startup script (the
-one the provider put in the node's metadata) runs here under bash, with its home in a temporary
+This machine plays the TPU VMs and the CPU VM: when a node of the TPU fake turns READY, or an
+instance of the Compute fake RUNNING, its startup script (the one the provider put in its
+metadata) runs here under bash, with its home in a temporary
 directory, `gcloud` a stand-in that answers only the `secrets versions access` call the script
 makes (Secret Manager cannot run here), and rlx already installed (so the script skips pip). When
-a node is preempted, its processes get SIGTERM, as on a VM. The run directory is in
+a node is preempted (a VM: stopped), its processes get SIGTERM, as on a VM. The run directory is in
 gcp-storage-emulator, as gs://. The final params must equal a local run's of the same config.
 """
 
@@ -29,6 +31,7 @@ import pytest
 from up_helpers import CLI, STEPS, small_sets, steps_done
 
 from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
+from rlx_controller.providers.fake_compute import FakeComputeApi
 from rlx_controller.providers.fake_tpu import FakeTpuApi
 from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
@@ -58,11 +61,13 @@ def _free_base_port(n: int = 8) -> int:
 
 
 class Nodes:
-    """Boots the fake's READY nodes here by running their startup scripts; SIGTERMs the processes
-    of nodes that are preempted or deleted."""
+    """Boots the fakes' READY nodes and RUNNING instances here by running their startup scripts;
+    SIGTERMs the processes of those that are preempted, stopped or deleted."""
 
-    def __init__(self, api: FakeTpuApi, root: Path, env: dict[str, str]) -> None:
-        self.api, self.root, self.env = api, root, env
+    def __init__(
+        self, api: FakeTpuApi, compute: FakeComputeApi, root: Path, env: dict[str, str]
+    ) -> None:
+        self.api, self.compute, self.root, self.env = api, compute, root, env
         self.procs: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self.boots: list[str] = []
         self._stop = threading.Event()
@@ -71,25 +76,28 @@ class Nodes:
 
     def _loop(self) -> None:
         while not self._stop.wait(0.1):
-            live = {}
+            live: dict[tuple[str, int], str] = {}  # (name, id) -> startup script
             for node in self.api.nodes():
                 if node.state.name == "READY":
-                    live[(node.name, node.id)] = node
-            for key, node in live.items():
+                    live[(node.name, node.id)] = node.metadata["startup-script"]
+            for vm in self.compute.instances():
+                if vm.status == "RUNNING":
+                    (script,) = [i.value for i in vm.metadata.items if i.key == "startup-script"]
+                    live[(vm.name, vm.id)] = script
+            for key, script in live.items():
                 if key not in self.procs:
-                    self._boot(node)
+                    self._boot(key[0].rsplit("/", 1)[-1], script)
                     self.procs[key] = self._last
             for key, proc in list(self.procs.items()):
                 if key not in live and proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(proc.pid, signal.SIGTERM)  # the VM is going away
 
-    def _boot(self, node: Any) -> None:
-        node_id = node.name.rsplit("/", 1)[-1]
+    def _boot(self, node_id: str, text: str) -> None:
         home = self.root / f"{node_id}-{len(self.boots)}"
         home.mkdir(parents=True)
         script = home / "startup-script"
-        script.write_text(node.metadata["startup-script"])
+        script.write_text(text)
         env = {
             **self.env,
             "RLX_HOME": str(home),
@@ -157,6 +165,10 @@ accelerator_type = "v5p-8"
 [provision.inference]
 accelerator_type = "v5p-8"
 capacity = "spot"
+
+[provision.verifier]
+machine_type = "e2-standard-4"
+capacity = "spot"
 """
     path = tmp_path / "tpu.toml"
     path.write_text(text)
@@ -184,16 +196,17 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
     clean = clean_run(RESUME_CASE)
     reference = json.loads((clean / "summary.json").read_text())
 
-    with FakeTpuApi(activate_after=2) as api:
+    with FakeTpuApi(activate_after=2) as api, FakeComputeApi(running_after=2) as compute:
         env = {
             **os.environ,
             "RLX_TPU_API_ENDPOINT": api.address,
+            "RLX_COMPUTE_API_ENDPOINT": compute.endpoint,
             "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
             # the trainer's Orbax checkpoints go through TensorStore's gcs driver (DESIGN §10)
             "TENSORSTORE_GCS_HTTP_URL": gcs_env,
             "GOOGLE_AUTH_TOKEN_FOR_TESTING": "x",
         }
-        nodes = Nodes(api, tmp_path / "nodes", env)
+        nodes = Nodes(api, compute, tmp_path / "nodes", env)
         try:
             up = subprocess.Popen(
                 [
@@ -228,8 +241,15 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
                 ["inference", "0"],
             ]
             inference = creates[1].queued_resource_id
-            # the spot inference node is preempted: the controller snapshots and stops
+            (insert,) = compute.requests("instances.insert")
+            assert insert.body is not None
+            verifier = insert.body.name
+            assert verifier.endswith("-verifier-0")
+            assert insert.body.scheduling.provisioning_model == "SPOT"
+            # the spot inference node and the spot verifier VM are preempted: the controller
+            # snapshots and stops
             api.set_state(inference, "SUSPENDED")
+            compute.set_status(verifier, "TERMINATED")
             out = up.communicate(timeout=300)[0].decode(errors="replace")
             assert up.returncode == 0, out + nodes.logs()
             stopped = re.search(r"rlx: stopped at step (\d+)", out)
@@ -237,7 +257,7 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
             assert f"continue with: rlx resume {run}" in out
             assert "preempted" in (work / "controller.log").read_text()
 
-            # resume: the preempted node is deleted and created again; the trainer's is kept
+            # resume: the preempted nodes are deleted and created again; the trainer's is kept
             resumed = subprocess.run(
                 [*CLI, "resume", run, "--work-dir", str(work)],
                 env=env,
@@ -252,13 +272,19 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
             deletes = [d.name.rsplit("/", 1)[-1] for d in api.requests("DeleteQueuedResource")]
             assert deletes == [inference]
             assert len(api.requests("CreateQueuedResource")) == 3
-            assert nodes.boots.count(inference) == 2 and len(nodes.boots) == 3
+            assert [c.name for c in compute.requests("instances.delete")] == [verifier]
+            assert len(compute.requests("instances.insert")) == 2
+            assert nodes.boots.count(inference) == 2 and nodes.boots.count(verifier) == 2
+            assert len(nodes.boots) == 5
             summary = json.loads(open_storage(run).get("summary.json"))
             assert summary["params_hash"] == reference["params_hash"]
             # the nodes never had the token in their metadata: they read it from the secret
             for c in api.requests("CreateQueuedResource"):
                 script = c.queued_resource.tpu.node_spec[0].node.metadata["startup-script"]
                 assert token.read_text().strip() not in script
+            for i in compute.requests("instances.insert"):
+                assert i.body is not None
+                assert token.read_text().strip() not in i.body.metadata.items[0].value
 
             gone = subprocess.run(
                 [*CLI, "provision", "delete", run, "--yes"],
@@ -267,7 +293,7 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
                 timeout=120,
                 check=False,
             )
-            assert gone.returncode == 0 and gone.stdout.count(b": deleted") == 2, gone
-            assert api.queued_resources() == []
+            assert gone.returncode == 0 and gone.stdout.count(b": deleted") == 3, gone
+            assert api.queued_resources() == [] and compute.instances() == []
         finally:
             nodes.stop()

@@ -1,8 +1,9 @@
-"""`rlx provision`: the TPU VMs of a run, through the Cloud TPU API (queued resources).
+"""`rlx provision`: the nodes of a run: TPU VMs through the Cloud TPU API (queued resources),
+and the CPU VMs of machine_type pools through Compute Engine (instances).
 
 rlx provision plan CONFIG       # what would be created (a table); calls nothing
 rlx provision apply CONFIG      # create what is missing, wait until every node is ACTIVE
-rlx provision list CONFIG       # the run's queued resources and their states (--all: every run)
+rlx provision list CONFIG       # the run's nodes and their states (--all: every run)
 rlx provision delete CONFIG     # delete them (asks first; --yes does not)
 
 CONFIG is a run config with a [provision] table, or a run directory `rlx up` made (its saved
@@ -26,7 +27,8 @@ __all__ = ["load_tpu_config", "provision_app"]
 console = Console(stderr=True)
 
 provision_app = typer.Typer(
-    help="Create, list and delete a run's TPU VMs (Cloud TPU API, queued resources).",
+    help="Create, list and delete a run's TPU VMs (Cloud TPU API, queued resources) and CPU VMs "
+    "(Compute Engine).",
     no_args_is_help=True,
 )
 
@@ -62,21 +64,42 @@ def _plan(target: str, overrides: list[str]) -> Any:
         _fail(f"{type(e).__name__}: {e}")
 
 
+def _count(plan: Any) -> str:
+    """What the plan's nodes are: "5 queued resources", "3 queued resources and 1 instance"."""
+    vms = sum(n.is_vm for n in plan.nodes)
+    qrs = len(plan.nodes) - vms
+    text = f"{qrs} queued resource{'s' * (qrs != 1)}"
+    return text + (f" and {vms} instance{'s' * (vms != 1)}" if vms else "")
+
+
 def plan_table(plan: Any) -> Table:
+    vms = any(n.is_vm for n in plan.nodes)
     table = Table(
         title=f"rlx provision: run {plan.name} in {plan.project}/{plan.zone}",
-        caption=f"run directory {plan.run_dir}; {len(plan.nodes)} queued resources",
+        caption=f"run directory {plan.run_dir}; {_count(plan)}",
     )
-    for col in ("queued resource / node", "pool", "accelerator", "capacity", "runtime", "network"):
+    columns = ("node", "pool", "accelerator / machine", "capacity", "runtime / image", "network")
+    if not vms:
+        columns = (
+            "queued resource / node",
+            "pool",
+            "accelerator",
+            "capacity",
+            "runtime",
+            "network",
+        )
+    table.add_column(columns[0], no_wrap=True)  # node ids whole: `--script NODE` takes one
+    for col in columns[1:]:
         table.add_column(col)
     table.add_column("services (port)")
     for n in plan.nodes:
         capacity = n.capacity if n.capacity != "reserved" else f"reserved {n.reservation}"
         network = n.network + (f"/{n.subnetwork}" if n.subnetwork else "")
         services = ", ".join(f"{s.name} ({s.port})" for s in n.services)
-        table.add_row(
-            n.node_id, n.pool, n.accelerator_type, capacity, n.runtime_version, network, services
-        )
+        machine = f"{n.machine_type} (VM)" if n.is_vm else n.accelerator_type
+        # an image's last part ("debian-12" of .../images/family/debian-12): `--script` shows it all
+        image = f"{n.image.rsplit('/', 1)[-1]}, {n.disk_gb} GB" if n.is_vm else n.runtime_version
+        table.add_row(n.node_id, n.pool, machine, capacity, image, network, services)
     return table
 
 
@@ -91,7 +114,7 @@ def plan_cmd(
         None, "--script", help="Also print the startup script of this node."
     ),
 ) -> None:
-    """Print what `apply` would create (one queued resource per node), calling nothing."""
+    """Print what `apply` would create (a queued resource or VM per node), calling nothing."""
     from rlx_controller.provision import startup_script
 
     plan = _plan(target, overrides)
@@ -119,11 +142,12 @@ def apply_cmd(
     """Create what is missing, re-create what was preempted or failed, wait until ACTIVE.
 
     Names derive from the run: running it twice creates nothing new."""
-    from rlx_controller.providers.gcp_tpu import TpuApi, state_lines
+    from rlx_controller.providers.gcp import GcpApi
+    from rlx_controller.providers.gcp_base import state_lines
 
     plan = _plan(target, overrides)
     try:
-        with TpuApi.connect(plan.project, plan.zone) as api:
+        with GcpApi.connect(plan) as api:
             done = api.apply(
                 plan,
                 on_progress=state_lines(console.print),
@@ -143,20 +167,29 @@ def apply_cmd(
 def list_cmd(
     target: str = typer.Argument(..., help=TARGET_HELP),
     every_run: bool = typer.Option(
-        False, "--all", help="Every rlx run's queued resources in the zone, not only this one's."
+        False,
+        "--all",
+        help="Every rlx run's nodes in the zone, not only this one's (instances too when the "
+        "config has machine_type pools).",
     ),
 ) -> None:
-    """The run's queued resources and their states (--all: every rlx run's)."""
-    from rlx_controller.providers.gcp_tpu import TpuApi
+    """The run's queued resources (and instances) and their states (--all: every rlx run's)."""
+    from rlx_controller.providers.gcp import GcpApi
 
     plan = _plan(target, [])
     try:
-        with TpuApi.connect(plan.project, plan.zone) as api:
+        with GcpApi.connect(plan) as api:
             rows = api.list_run("" if every_run else plan.name)
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
-    table = Table(title=f"rlx queued resources in {plan.project}/{plan.zone}")
-    for col in ("queued resource", "run", "pool", "accelerator", "state"):
+    vms = any(n.is_vm for n in plan.nodes)
+    what = "queued resources and instances" if vms else "queued resources"
+    table = Table(title=f"rlx {what} in {plan.project}/{plan.zone}")
+    columns = ("node", "run", "pool", "accelerator / machine", "state")
+    if not vms:
+        columns = ("queued resource", "run", "pool", "accelerator", "state")
+    table.add_column(columns[0], no_wrap=True)
+    for col in columns[1:]:
         table.add_column(col)
     for s in rows:
         labels = s.labels or {}
@@ -165,7 +198,7 @@ def list_cmd(
             s.node_id,
             labels.get("rlx-run", ""),
             labels.get("rlx-pool", ""),
-            s.accelerator_type,
+            s.accelerator_type or f"{s.machine_type} (VM)",
             state,
         )
     Console(width=max(120, Console().width)).print(table)
@@ -178,19 +211,19 @@ def delete_cmd(
     target: str = typer.Argument(..., help=TARGET_HELP),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
 ) -> None:
-    """Delete the run's queued resources and their TPU VMs (asks first).
+    """Delete the run's queued resources and their TPU VMs, and its instances (asks first).
 
     The run directory stays: `rlx resume` provisions them again."""
-    from rlx_controller.providers.gcp_tpu import TpuApi
+    from rlx_controller.providers.gcp import GcpApi
 
     plan = _plan(target, [])
     ids = [n.node_id for n in plan.nodes]
     if not yes:
         if not sys.stdin.isatty():
             _fail("delete asks before it deletes: pass --yes to run it without a terminal")
-        typer.confirm(f"delete {len(ids)} queued resources of run {plan.name}?", abort=True)
+        typer.confirm(f"delete {_count(plan)} of run {plan.name}?", abort=True)
     try:
-        with TpuApi.connect(plan.project, plan.zone) as api:
+        with GcpApi.connect(plan) as api:
             gone = api.delete(ids)
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")

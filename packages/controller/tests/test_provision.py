@@ -19,6 +19,7 @@ from rlx_controller.provision import make_plan, startup_script
 from rlx_controller.run_config import RunConfig, config_hash, loads_run_config
 from rlx_controller.rundir import RunPaths
 from rlx_controller.tpu_services import TpuRunServices
+from rlx_core import DISTRIBUTIONS
 from rlx_core.errors import Cancelled, ConfigError, DeadlineExceeded
 
 BASE = """
@@ -75,23 +76,76 @@ def test_plan_names_pools_ports_and_colocation() -> None:
     assert make_plan(_cfg(overrides=("provision.name=exp1",))).nodes[0].node_id == "exp1-trainer-0"
 
 
+# the verifier pool on VMs of its own instead of the inference hosts (a [provision.verifier]
+# table with a machine_type: its colocate is "", not the default table's "inference")
+VM_VERIFIER = ("provision.verifier.machine_type=n2-standard-8",)
+
+
 @pytest.mark.parametrize(
-    ("override", "field"),
+    ("overrides", "field"),
     [
-        ("provision.inference.machine_type=n2-standard-8", "machine_type"),
-        ('provision.verifier.colocate="paramserver"', "colocate"),
-        ("provision.inference.count=2", "provision.inference.count"),
-        ("provision.trainer.count=2", "trainer.count"),
-        ('provision.inference.capacity="reserved"', "reservation"),
-        ('provision.name="Bad_Name"', "name"),
-        ('provision.inference.accelerator_type="tpu"', "accelerator_type"),
-        ('run_dir="/local/run"', "run_dir"),
+        (("provision.inference.machine_type=n2-standard-8",), "inference.machine_type"),
+        (('provision.verifier.colocate=""',), "verifier.accelerator_type"),
+        (('provision.verifier.colocate="paramserver"',), "verifier.colocate"),
+        (('provision.verifier.colocate="inferenc"',), "did you mean 'inference'"),
+        (("provision.inference.count=2",), "provision.inference.count"),
+        ((*VM_VERIFIER, "provision.verifier.count=3"), "provision.verifier.count"),
+        (("provision.trainer.count=2",), "trainer.count"),
+        (('provision.inference.capacity="reserved"',), "reservation"),
+        (('provision.name="Bad_Name"',), "name"),
+        (('provision.inference.accelerator_type="tpu"',), "accelerator_type"),
+        (("provision.verifier.machine_type=v5p-8",), "verifier.machine_type"),
+        ((*VM_VERIFIER, 'provision.verifier.runtime_version="x"'), "verifier.runtime_version"),
+        (("provision.inference.disk_gb=200",), "inference.disk_gb"),
+        (('provision.paramserver.image="projects/p/global/images/i"',), "paramserver.image"),
+        ((*VM_VERIFIER, "provision.verifier.disk_gb=5"), "verifier.disk_gb"),
+        (
+            (
+                'provision.trainer.accelerator_type=""',
+                "provision.trainer.machine_type=n2-standard-8",
+            ),
+            "trainer.machine_type",
+        ),
+        (('run_dir="/local/run"',), "run_dir"),
     ],
 )
-def test_bad_provision_fields_are_named(override: str, field: str) -> None:
+def test_bad_provision_fields_are_named(overrides: tuple[str, ...], field: str) -> None:
     with pytest.raises(ConfigError) as e:
-        _cfg(overrides=(override,))
+        _cfg(overrides=overrides)
     assert field in str(e.value)
+
+
+def test_machine_type_pools_are_vms_and_may_host_other_pools() -> None:
+    plan = make_plan(
+        _cfg(
+            overrides=(
+                *VM_VERIFIER,
+                'provision.verifier.capacity="spot"',
+                "provision.verifier.disk_gb=50",
+                'provision.paramserver.colocate="verifier"',
+            )
+        )
+    )
+    name = plan.name
+    ids = [n.node_id for n in plan.nodes]
+    assert ids == [f"{name}-trainer-0"] + [f"{name}-inference-{i}" for i in range(3)] + [
+        f"{name}-verifier-{i}" for i in range(2)
+    ]
+    vm = plan.node(f"{name}-verifier-1")
+    assert vm.is_vm and not plan.nodes[0].is_vm
+    assert (vm.machine_type, vm.accelerator_type, vm.runtime_version) == ("n2-standard-8", "", "")
+    assert (vm.image, vm.disk_gb) == ("projects/debian-cloud/global/images/family/debian-12", 50)
+    assert (vm.capacity, vm.network) == ("spot", "default")
+    assert vm.labels == {"team": "rl", "rlx-run": name, "rlx-pool": "verifier", "rlx-index": "1"}
+    # the paramservers run on the verifiers' VMs, replica i on VM i
+    assert [s.name for s in vm.services] == ["verifier-1", "paramserver-1"]
+    assert [s.name for s in plan.nodes[1].services] == ["inference-0"]
+    tpu = plan.nodes[1]
+    assert (tpu.machine_type, tpu.image, tpu.disk_gb) == ("", "", 0)
+    ports = [s.port for n in plan.nodes for s in n.services]
+    assert len(set(ports)) == len(ports) == 8
+    # the defaults: 100 GB of Debian 12
+    assert make_plan(_cfg(overrides=VM_VERIFIER)).nodes[-1].disk_gb == 100
 
 
 def test_gcp_tpu_needs_a_provision_table_and_the_hash_ignores_it() -> None:
@@ -115,7 +169,72 @@ def test_startup_script_reads_the_token_from_the_secret_and_parses() -> None:
         assert f"--service {s.name}:{s.kind}:{s.port}" in script
     assert "RLX_COORDINATOR" not in script  # only the trainer's hosts form one mesh
     assert 'RLX_COORDINATOR="${RLX_COORDINATOR-auto}"' in startup_script(plan, plan.nodes[0])
+    assert "agent-worker-number" in script  # a slice's hosts ask the metadata server
+    assert "venv" not in script and "apt-get" not in script  # a TPU VM image has pip
     subprocess.run(["bash", "-n"], input=script.encode(), check=True)
+
+
+def _stub(path: Path, body: str) -> None:
+    path.write_text(f"#!/bin/bash\n{body}\n")
+    path.chmod(0o755)
+
+
+def test_a_vms_startup_script_makes_a_venv_installs_what_debian_lacks_and_starts_the_agent(
+    tmp_path: Path,
+) -> None:
+    """The script of a verifier VM, run under bash with Debian's tools as stubs that log their
+    arguments: `python3 -m venv` fails until python3-venv is installed (as on a plain Debian),
+    bwrap is missing, and the venv's python installs rlx and plays the agent."""
+    plan = make_plan(_cfg(overrides=VM_VERIFIER))
+    node = plan.nodes[-1]
+    script = startup_script(plan, node)
+    assert f"VM n2-standard-8, {node.image}" in script and "agent-worker-number" not in script
+    subprocess.run(["bash", "-n"], input=script.encode(), check=True)
+
+    log, home, bin_dir = tmp_path / "calls.log", tmp_path / "home", tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("mkdir", "chmod", "date", "mv", "cat", "touch"):  # no bwrap on this PATH
+        (bin_dir / tool).symlink_to(subprocess.check_output(["which", tool], text=True).strip())
+    venv_python = f'echo "venv-python $*" >>{log}\n[ "$1" != -c ]  # rlx is not installed'
+    _stub(
+        bin_dir / "python3",
+        f'echo "python3 $*" >>{log}\n'
+        f"[ -f {tmp_path}/venv-ok ] || exit 1  # ensurepip is not available\n"
+        'dir="${@: -1}"; mkdir -p "$dir/bin"\n'
+        f"cat >\"$dir/bin/python\" <<'EOF'\n#!/bin/bash\n{venv_python}\nEOF\n"
+        'chmod +x "$dir/bin/python"; touch "$dir/bin/pip"; chmod +x "$dir/bin/pip"',
+    )
+    _stub(
+        bin_dir / "apt-get",
+        f'echo "apt-get $*" >>{log}\n[[ "$*" != *python3-venv* ]] || touch {tmp_path}/venv-ok',
+    )
+    _stub(bin_dir / "gcloud", f'echo "gcloud $*" >>{log}\necho the-token')
+    env = {"PATH": str(bin_dir), "RLX_HOME": str(home)}
+    bash = subprocess.check_output(["which", "bash"], text=True).strip()
+    subprocess.run([bash, "-c", script], env=env, check=True)
+    calls = log.read_text().splitlines()
+    port = node.services[0].port
+    assert calls == [
+        f"python3 -m venv --clear {home}/venv",  # fails: no python3-venv
+        "apt-get -o DPkg::Lock::Timeout=600 update -qq",
+        "apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv",
+        f"python3 -m venv --clear {home}/venv",
+        "apt-get -o DPkg::Lock::Timeout=600 update -qq",
+        "apt-get -o DPkg::Lock::Timeout=600 install -y -qq bubblewrap",
+        calls[6],  # the check of rlx's version: not installed
+        "venv-python -m pip install --quiet " + " ".join(f"{d}==0.1.0" for d in DISTRIBUTIONS),
+        "gcloud secrets versions access latest --secret=rlx-token --project=proj",
+        f"venv-python -m rlx_controller.node --run-dir gs://bucket/runs/Math_Qwen --node "
+        f"{node.node_id} --worker 0 --token-file {home}/token --home {home} --bind 0.0.0.0 "
+        f"--service verifier-1:verifier:{port}",
+    ]
+    assert calls[6].startswith("venv-python -c import importlib.metadata")
+    assert (home / "token").read_text() == "the-token\n"
+    # a restart keeps the venv: no second one, no python3-venv
+    log.unlink()
+    subprocess.run([bash, "-c", script], env=env, check=True)
+    assert not [c for c in log.read_text().splitlines() if "venv" in c and "python" not in c]
+    assert not [c for c in log.read_text().splitlines() if c.startswith("python3")]
 
 
 @pytest.fixture

@@ -1,21 +1,22 @@
-"""What a run needs on Cloud TPU: its nodes, the services on each, their ports and start-up.
+"""What a run needs on Google Cloud: its nodes, the services on each, their ports and start-up.
 
     plan = make_plan(cfg)          # pure: no API call; `rlx provision plan` prints it
     plan.nodes[0].node_id          # "math7b-3f2a-trainer-0"
     startup_script(plan, node)     # the script every host of that node runs at boot
 
-One queued resource per node, with the same id; names derive from the run (`provision.name`, or
-the run directory's last part and a hash of its URI), so `apply` twice finds what the first made.
-Every service has a fixed port (`base_port` + its index in the run), so its address is the host's
-IP and that port, known as soon as the node is ACTIVE. A pool that colocates runs its services on
-the hosts of another pool: replica i on node i mod n.
+A node is a TPU slice (a pool's `accelerator_type`: one Cloud TPU queued resource, with the same
+id) or a CPU VM (its `machine_type`: one Compute Engine instance of that name). Names derive from
+the run (`provision.name`, or the run directory's last part and a hash of its URI), so `apply`
+twice finds what the first made. Every service has a fixed port (`base_port` + its index in the
+run), so its address is the host's IP and that port, known as soon as the node is ACTIVE. A pool
+that colocates runs its services on the hosts of another pool: replica i on node i mod n.
 
-The startup script installs rlx at this version (unless that version is there), reads the run
-token from Secret Manager (`gcloud secrets versions access`; the token is never in metadata) and
-hands over to the node agent (`python -m rlx_controller.node`), which waits for each service's
-config in the run directory (written by the controller once every address is known), starts the
-services and reports a SIGTERM (preemption, maintenance) to the controller through the run
-directory.
+The startup script installs rlx at this version (unless that version is there; on a VM into a
+virtual environment, with the Debian packages it needs), reads the run token from Secret Manager
+(`gcloud secrets versions access`; the token is never in metadata) and hands over to the node
+agent (`python -m rlx_controller.node`), which waits for each service's config in the run
+directory (written by the controller once every address is known), starts the services and
+reports a SIGTERM (preemption, maintenance) to the controller through the run directory.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ import shlex
 from dataclasses import dataclass
 
 from rlx_controller._version import __version__
-from rlx_controller.run_config import POOLS, ProvisionConfig, RunConfig
+from rlx_controller.run_config import (
+    DEFAULT_DISK_GB,
+    DEFAULT_IMAGE,
+    POOLS,
+    ProvisionConfig,
+    RunConfig,
+)
 from rlx_core import DISTRIBUTIONS
 from rlx_core.errors import ConfigError
 
@@ -57,19 +64,28 @@ class ServicePlacement:
 
 @dataclass(frozen=True)
 class NodePlan:
-    """One TPU node (one slice), created as a queued resource of the same id."""
+    """One node: a TPU slice (a queued resource of the same id) or, with `machine_type`, a
+    Compute Engine VM (an instance of that name)."""
 
     node_id: str
     pool: str
     index: int  # within the pool
-    accelerator_type: str
-    runtime_version: str
+    accelerator_type: str  # a TPU slice: its type; "" for a VM
+    runtime_version: str  # a TPU slice: its image; "" for a VM
+    machine_type: str  # a VM: its machine type; "" for a TPU slice
+    image: str  # a VM: its boot image; "" for a TPU slice
+    disk_gb: int  # a VM: its boot disk in GB; 0 for a TPU slice
     capacity: str  # on-demand, spot, reserved
     reservation: str
     network: str
     subnetwork: str
     labels: dict[str, str]
     services: tuple[ServicePlacement, ...]
+
+    @property
+    def is_vm(self) -> bool:
+        """A Compute Engine VM (machine_type), not a TPU slice."""
+        return bool(self.machine_type)
 
 
 @dataclass(frozen=True)
@@ -125,15 +141,15 @@ def make_plan(cfg: RunConfig) -> Plan:
     placements = {
         pool: [ServicePlacement(n, pool, next(port)) for n in names[pool]] for pool in POOLS
     }
-    # pools with slices of their own: one node per service (the trainer: one node)
+    # pools with nodes of their own (slices or VMs): one node per service (the trainer: one)
     own: dict[str, list[list[ServicePlacement]]] = {}
     for pool in POOLS:
-        if p.pool(pool).accelerator_type:
+        if p.pool(pool).has_nodes:
             own[pool] = [[s] for s in placements[pool]]
     for pool in POOLS:
         target = p.pool(pool).colocate
         if target:
-            hosts = own[target]
+            hosts = own[target]  # ProvisionConfig checked that it has nodes of its own
             for i, s in enumerate(placements[pool]):
                 hosts[i % len(hosts)].append(s)
     nodes = []
@@ -141,6 +157,7 @@ def make_plan(cfg: RunConfig) -> Plan:
         if pool not in own:
             continue
         pc = p.pool(pool)
+        vm = bool(pc.machine_type)
         for i, services in enumerate(own[pool]):
             node_id = f"{name}-{pool}-{i}"
             if len(node_id) > _ID_MAX:
@@ -155,7 +172,10 @@ def make_plan(cfg: RunConfig) -> Plan:
                     pool=pool,
                     index=i,
                     accelerator_type=pc.accelerator_type,
-                    runtime_version=pc.runtime_version or p.runtime_version,
+                    runtime_version="" if vm else (pc.runtime_version or p.runtime_version),
+                    machine_type=pc.machine_type,
+                    image=(pc.image or DEFAULT_IMAGE) if vm else "",
+                    disk_gb=(pc.disk_gb or DEFAULT_DISK_GB) if vm else 0,
                     capacity=pc.capacity,
                     reservation=pc.reservation,
                     network=pc.network or p.network,
@@ -186,9 +206,36 @@ def install_args(p: ProvisionConfig) -> str:
     return " ".join(f"{d}=={__version__}" for d in DISTRIBUTIONS)
 
 
+def _vm_setup(node: NodePlan) -> str:
+    """What a plain Debian VM lacks: pip (Debian's python3 has none and is "externally managed",
+    so rlx goes into a virtual environment, with python3-venv installed when `venv` fails) and,
+    for a verifier, bubblewrap (it judges code in that sandbox). RLX_PYTHON set (an image with
+    rlx installed) skips the environment."""
+    bwrap = ""
+    if any(s.kind == "verifier" for s in node.services):
+        bwrap = """
+# the verifier judges code in bubblewrap
+command -v bwrap >/dev/null || apt_install bubblewrap
+"""
+    return f"""
+# 0. a virtual environment for rlx (Debian's python3 has no pip and is externally managed)
+apt_install() {{  # waits for apt runs of the boot itself (unattended-upgrades) to end
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@"
+}}
+if [ -z "${{RLX_PYTHON:-}}" ]; then
+  if [ ! -x "$RLX_HOME/venv/bin/pip" ] && ! python3 -m venv --clear "$RLX_HOME/venv"; then
+    apt_install python3-venv
+    python3 -m venv --clear "$RLX_HOME/venv"
+  fi
+  RLX_PYTHON="$RLX_HOME/venv/bin/python"
+fi
+{bwrap}"""
+
+
 def startup_script(plan: Plan, node: NodePlan) -> str:
-    """The `startup-script` of `node`: every host of the slice runs it at boot (and again after
-    a restart). It holds no secret: the token comes from Secret Manager."""
+    """The `startup-script` of `node`: every host of the slice (the VM) runs it at boot, and
+    again after a restart. It holds no secret: the token comes from Secret Manager."""
     p = plan.provision
     q = shlex.quote
     services = " ".join(f"--service {q(f'{s.name}:{s.kind}:{s.port}')}" for s in node.services)
@@ -202,20 +249,30 @@ def startup_script(plan: Plan, node: NodePlan) -> str:
         "import importlib.metadata as m, sys; "
         f'sys.exit(m.version("rlx-controller") != "{__version__}")'
     )
+    if node.is_vm:
+        machine = f"VM {node.machine_type}, {node.image}"
+        # one host: worker 0
+        worker = 'WORKER="${RLX_WORKER:-0}"'
+    else:
+        machine = f"TPU {node.accelerator_type}"
+        worker = (
+            "# this host's number in the slice (0 on a single-host slice)\n"
+            "WORKER=\"${RLX_WORKER:-$(curl -sf -H 'Metadata-Flavor: Google' \\\n"
+            "  http://metadata.google.internal/computeMetadata/v1/instance/attributes/"
+            "agent-worker-number \\\n"
+            '  || echo 0)}"'
+        )
     return f"""#!/bin/bash
 # rlx {__version__}: node {node.node_id} of run {plan.name} ({plan.run_dir})
-# pool {node.pool}; services: {", ".join(s.name for s in node.services)}
+# pool {node.pool} ({machine}); services: {", ".join(s.name for s in node.services)}
 set -euo pipefail
 RLX_HOME="${{RLX_HOME:-{NODE_HOME}}}"
 mkdir -p "$RLX_HOME"
 chmod 700 "$RLX_HOME"
 exec >>"$RLX_HOME/startup.log" 2>&1
 echo "=== rlx startup $(date -u +%FT%TZ)"
-PYTHON="${{RLX_PYTHON:-python3}}"
-# this host's number in the slice (0 on a single-host slice)
-WORKER="${{RLX_WORKER:-$(curl -sf -H 'Metadata-Flavor: Google' \\
-  http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number \\
-  || echo 0)}}"
+{_vm_setup(node) if node.is_vm else ""}PYTHON="${{RLX_PYTHON:-python3}}"
+{worker}
 
 # 1. rlx at the run's version (skipped when it is installed already, e.g. on a restart)
 if ! "$PYTHON" -c {q(check)} 2>/dev/null; then

@@ -308,8 +308,8 @@ class SamplingConfig:
 class ServicesConfig:
     """Which services run the job: started locally, or already running at addresses."""
 
-    # local: processes on 127.0.0.1; gcp-tpu: on TPU VMs that [provision] describes (rlx
-    # provision); external: already running at the addresses below
+    # local: processes on 127.0.0.1; gcp-tpu: on TPU VMs (and CPU VMs) that [provision]
+    # describes (rlx provision); external: already running at the addresses below
     provider: Literal["local", "external", "gcp-tpu"] = "local"
     inference_workers: int = 1  # inference processes, >= 1
     paramserver_replicas: int = 1  # paramserver processes, >= 1, <= inference_workers
@@ -429,56 +429,83 @@ class EvalConfig:
 
 # The pools of `[provision]`, one per service kind.
 POOLS = ("trainer", "inference", "paramserver", "verifier")
-# pools that can hold the services of another (they have nodes of their own)
-_HOST_POOLS = ("trainer", "inference")
 _RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# the boot image and disk of machine-type pools that set none (Debian 12 has python3.11 and gcloud)
+DEFAULT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+DEFAULT_DISK_GB = 100
+_TPU_TYPE = re.compile(r"^[a-z0-9]+-\d+$")
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9-]*[a-z0-9]$")
 
 
 @dataclass(frozen=True, kw_only=True)
 class PoolConfig:
-    """The machines of one kind of service on Cloud TPU: TPU slices of their own, or the hosts
-    of another pool (`colocate`)."""
+    """The machines of one kind of service: TPU slices of its own (`accelerator_type`, Cloud TPU
+    queued resources), CPU VMs of its own (`machine_type`, Compute Engine instances), or the
+    hosts of another pool (`colocate`)."""
 
     accelerator_type: str = ""  # TPU type of each slice, e.g. "v5p-8", "v5litepod-16", "v6e-8"
-    # a CPU machine type (n2-standard-32, ...): needs Compute Engine, which rlx does not drive
-    # yet; colocate the pool instead
+    # Compute Engine machine type of each VM, e.g. "n2-standard-32", "c3-standard-8" (CPU only)
     machine_type: str = ""
-    colocate: str = ""  # run on the hosts of this pool ("trainer" or "inference") instead
-    count: int = 0  # slices; 0 = as many as [services] asks (1 for the trainer)
+    colocate: str = ""  # run on the hosts of this pool (one with nodes of its own) instead
+    count: int = 0  # slices or VMs; 0 = as many as [services] asks (1 for the trainer)
     capacity: Literal["on-demand", "spot", "reserved"] = "on-demand"
-    reservation: str = ""  # capacity = "reserved": the reservation's full resource name
+    # capacity = "reserved": the reservation's full resource name (machine_type: or its name)
+    reservation: str = ""
     runtime_version: str = ""  # TPU VM image; "" = provision.runtime_version
+    # machine_type: the VMs' boot image; "" = projects/debian-cloud/global/images/family/debian-12
+    image: str = ""
+    disk_gb: int = 0  # machine_type: boot disk size in GB, >= 10; 0 = 100
     network: str = ""  # VPC network; "" = provision.network
     subnetwork: str = ""  # "" = provision.subnetwork
 
     def __post_init__(self) -> None:
-        _at_least(self, 0, "count")
-        if self.machine_type:
+        _at_least(self, 0, "count", "disk_gb")
+        for name in ("image", "disk_gb"):
+            if getattr(self, name) and not self.machine_type:
+                raise ConfigError(
+                    "is the boot disk of machine_type VMs: give machine_type, or leave it out",
+                    field=name,
+                    value=getattr(self, name),
+                )
+        given = [f for f in ("accelerator_type", "machine_type", "colocate") if getattr(self, f)]
+        if len(given) != 1:
             raise ConfigError(
-                "the gcp-tpu provider creates TPU VMs through the Cloud TPU API; CPU machine "
-                'types need Compute Engine, which rlx does not drive yet: use colocate = "trainer" '
-                "or \"inference\" (the pool's services run on those hosts' CPUs) or a small "
-                "accelerator_type",
-                field="machine_type",
-                value=self.machine_type,
+                "give exactly one of accelerator_type (TPU slices of its own), machine_type "
+                "(Compute Engine VMs of its own) and colocate",
+                field=given[1] if given else "accelerator_type",
+                value=getattr(self, given[1]) if given else "",
             )
-        if bool(self.accelerator_type) == bool(self.colocate):
+        if self.colocate and self.colocate not in POOLS:
             raise ConfigError(
-                "give exactly one of accelerator_type (slices of its own) and colocate",
-                field="accelerator_type",
-                value=self.accelerator_type,
-            )
-        if self.colocate and self.colocate not in _HOST_POOLS:
-            raise ConfigError(
-                f"must name a pool with slices of its own: one of {', '.join(_HOST_POOLS)}",
+                f"must name a pool with nodes of its own: one of {', '.join(POOLS)}"
+                + _hint(self.colocate, POOLS),
                 field="colocate",
                 value=self.colocate,
             )
-        if self.accelerator_type and not re.match(r"^[a-z0-9]+-\d+$", self.accelerator_type):
+        if self.accelerator_type and not _TPU_TYPE.match(self.accelerator_type):
             raise ConfigError(
                 "must be a Cloud TPU accelerator type such as v5p-8, v5litepod-16, v6e-8",
                 field="accelerator_type",
                 value=self.accelerator_type,
+            )
+        if self.machine_type and (
+            _TPU_TYPE.match(self.machine_type) or not _MACHINE_TYPE.match(self.machine_type)
+        ):
+            raise ConfigError(
+                "must be a Compute Engine machine type such as n2-standard-32, c3-standard-8 "
+                "(a TPU type goes in accelerator_type)",
+                field="machine_type",
+                value=self.machine_type,
+            )
+        if self.machine_type and self.runtime_version:
+            raise ConfigError(
+                "is the TPU VM image of accelerator_type slices; machine_type VMs boot `image`",
+                field="runtime_version",
+                value=self.runtime_version,
+            )
+        if 0 < self.disk_gb < 10:
+            raise ConfigError(
+                "must be >= 10 (GB), or 0 for 100", field="disk_gb", value=self.disk_gb
             )
         if (self.capacity == "reserved") != bool(self.reservation):
             raise ConfigError(
@@ -487,13 +514,19 @@ class PoolConfig:
                 value=self.reservation,
             )
 
+    @property
+    def has_nodes(self) -> bool:
+        """Whether the pool has nodes of its own (TPU slices or VMs), not another's hosts."""
+        return bool(self.accelerator_type or self.machine_type)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ProvisionConfig:
-    """Where `rlx provision` and `rlx up --provider gcp-tpu` create the run's TPU VMs."""
+    """Where `rlx provision` and `rlx up --provider gcp-tpu` create the run's TPU VMs (and the
+    Compute Engine VMs of machine_type pools)."""
 
     project: str  # Google Cloud project id
-    zone: str  # e.g. "us-east5-a": where the queued resources are created
+    zone: str  # e.g. "us-east5-a": where the queued resources (and VMs) are created
     # Secret Manager secret holding the run token; every node reads it at boot (never inline)
     token_secret: str
     # this machine's copy of the same token (the controller's); "" = ~/.config/rlx/token
@@ -509,7 +542,7 @@ class ProvisionConfig:
     # the trainer's mesh over its slice (data, fsdp, tensor); fsdp 0 = every device the others
     # leave
     trainer_mesh: tuple[int, int, int] = (1, 0, 1)
-    labels: dict[str, str] = field(default_factory=dict)  # added to every queued resource
+    labels: dict[str, str] = field(default_factory=dict)  # added to every node (QR and VM)
     trainer: PoolConfig = field(default_factory=lambda: PoolConfig(accelerator_type="v5p-8"))
     inference: PoolConfig = field(default_factory=lambda: PoolConfig(accelerator_type="v5p-8"))
     paramserver: PoolConfig = field(default_factory=lambda: PoolConfig(colocate="inference"))
@@ -546,12 +579,26 @@ class ProvisionConfig:
                     field=f"labels.{key}",
                     value=value,
                 )
-        if self.trainer.colocate:
-            raise ConfigError(
-                "the trainer needs slices of its own: give accelerator_type",
-                field="trainer.colocate",
-                value=self.trainer.colocate,
-            )
+        self._check_pools()
+
+    def _check_pools(self) -> None:
+        for other in ("colocate", "machine_type"):
+            # its hosts form one JAX mesh over a TPU slice (jax.distributed finds them there)
+            if getattr(self.trainer, other):
+                raise ConfigError(
+                    "the trainer needs a TPU slice of its own: give accelerator_type",
+                    field=f"trainer.{other}",
+                    value=getattr(self.trainer, other),
+                )
+        for name in POOLS:
+            target = self.pool(name).colocate
+            if target and not self.pool(target).has_nodes:
+                raise ConfigError(
+                    f"pool {target!r} has no nodes of its own (it colocates too): name one with "
+                    "accelerator_type or machine_type",
+                    field=f"{name}.colocate",
+                    value=target,
+                )
         if self.trainer.count > 1:
             raise ConfigError(
                 "one trainer slice (a bigger accelerator_type makes it bigger)",
@@ -583,7 +630,8 @@ class RunConfig:
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     prefilter: PrefilterConfig = field(default_factory=PrefilterConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    # the TPU VMs of `services.provider = "gcp-tpu"` (rlx provision); absent for local runs
+    # the TPU VMs (and CPU VMs) of `services.provider = "gcp-tpu"` (rlx provision); absent for
+    # local runs
     provision: ProvisionConfig | None = None
 
     def __post_init__(self) -> None:
@@ -646,9 +694,9 @@ class RunConfig:
         }
         for pool, (name, n) in wanted.items():
             count = p.pool(pool).count
-            if count and p.pool(pool).accelerator_type and count != n:
+            if count and p.pool(pool).has_nodes and count != n:
                 raise ConfigError(
-                    f"one slice per service: {name} is {n}",
+                    f"one slice or VM per service: {name} is {n}",
                     field=f"provision.{pool}.count",
                     value=count,
                 )

@@ -1,14 +1,16 @@
-"""The services of a gcp-tpu run: on TPU VMs of queued resources (`services.provider =
-"gcp-tpu"`), driven like the local ones (the Driver sees the same interface as RunServices).
+"""The services of a gcp-tpu run: on TPU VMs of queued resources, and the Compute Engine VMs of
+machine_type pools (`services.provider = "gcp-tpu"`), driven like the local ones (the Driver sees
+the same interface as RunServices).
 
-`start` provisions what is missing (`TpuApi.apply`: creates the missing queued resources,
-re-creates preempted ones, waits until all are ACTIVE), reads each node's host IPs, writes every
-service's config into the run directory (`nodes/NAME.json`, with the addresses of the others),
-where the node agents pick it up, and waits until every service answers READY. A monitor thread
-then watches the queued resources and the agents' reports: a node that is SUSPENDED (preempted),
-FAILED or gone, or an agent that got SIGTERM, makes the controller snapshot and stop
-(`on_preempted`); `rlx resume RUN` provisions again and continues from that snapshot. The nodes
-are left running when the run ends: `rlx provision delete RUN` deletes them.
+`start` provisions what is missing (`GcpApi.apply`: creates the missing queued resources and
+instances, re-creates preempted ones, waits until all are ACTIVE), reads each node's host IPs,
+writes every service's config into the run directory (`nodes/NAME.json`, with the addresses of
+the others), where the node agents pick it up, and waits until every service answers READY. A
+monitor thread then watches the nodes and the agents' reports: a node that is SUSPENDED
+(preempted; a VM stopped or terminated), FAILED or gone, or an agent that got SIGTERM, makes the
+controller snapshot and stop (`on_preempted`); `rlx resume RUN` provisions again and continues
+from that snapshot. The nodes are left running when the run ends: `rlx provision delete RUN`
+deletes them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from rlx_controller.node import EVENTS_PREFIX, EXITS_PREFIX, config_key, exit_key
-from rlx_controller.providers.gcp_tpu import TpuApi, state_lines
+from rlx_controller.providers.gcp import GcpApi
+from rlx_controller.providers.gcp_base import NodeApi, state_lines
 from rlx_controller.providers.local import ServiceHandle, write_services
 from rlx_controller.provision import Plan, make_plan
 from rlx_controller.run_config import RunConfig
@@ -80,13 +83,13 @@ class TpuRunServices(RunServices):
         *,
         log: Callable[[str], None] = print,
         on_preempted: Callable[[str], None] | None = None,
-        api: TpuApi | None = None,
+        api: NodeApi | None = None,
         cancel: threading.Event | None = None,
     ) -> None:
         super().__init__(cfg, paths, token_file)
         assert cfg.provision is not None
         self.plan: Plan = make_plan(cfg)
-        self.api = api or TpuApi.connect(self.plan.project, self.plan.zone)
+        self.api = api or GcpApi.connect(self.plan)
         self.log = log
         self.on_preempted = on_preempted
         self.poll_s = cfg.provision.poll_s
@@ -129,7 +132,9 @@ class TpuRunServices(RunServices):
     # --- start -------------------------------------------------------------------------------
     def start(self, on_wait: Callable[[str, float], None] | None = None) -> None:
         plan, api = self.plan, self.api
-        self.log(f"provisioning {len(plan.nodes)} TPU nodes of run {plan.name} in {plan.zone}")
+        vms = sum(n.is_vm for n in plan.nodes)
+        kinds = f"{len(plan.nodes) - vms} TPU" + (f" and {vms} VM" if vms else "")
+        self.log(f"provisioning {kinds} nodes of run {plan.name} in {plan.zone}")
         done = api.apply(
             plan,
             on_progress=state_lines(self.log),
