@@ -5,14 +5,14 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from rlx_inference.sampling import CDF_CHUNK, _inverse_cdf, sample_rows, seed_keys
+from rlx_inference.sampling import CDF_CHUNK, _inverse_cdf, sample_columns, seed_keys
 
 PROBS = np.array([0.4, 0.2, 0.15, 0.1, 0.06, 0.05, 0.03, 0.01])
 N = 4000
-LOGITS = np.tile(np.log(PROBS).astype(np.float32), (N, 1))
+LOGITS = np.tile(np.log(PROBS).astype(np.float32)[:, None], (1, N))  # [V, N]: one column a row
 KEYS = seed_keys(np.arange(N, dtype=np.int64) * 7919)
 POSITIONS = np.arange(N, dtype=np.int32) % 50
-sample = jax.jit(sample_rows)
+sample = jax.jit(sample_columns)
 
 
 def draw(mode: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
@@ -49,7 +49,7 @@ def test_a_draw_depends_only_on_seed_and_position() -> None:
     tokens, _, _ = draw(1)
     # rows with the same (seed, position) agree, whatever else is in the batch
     again = sample(
-        LOGITS[:5][::-1],
+        LOGITS[:, :5][:, ::-1],
         KEYS[:5][::-1],
         POSITIONS[:5][::-1],
         np.int32(1),
@@ -76,10 +76,12 @@ def test_two_level_inverse_cdf_finds_the_token_across_chunks() -> None:
     total = cdf[-1]
     middles = (cdf[positive] - probs[positive] / 2) / total
     fractions = np.concatenate([middles, [1e-9, 1.0]]).astype(np.float32)
-    rows = np.tile(probs, (len(fractions), 1))
-    found = np.asarray(jax.jit(_inverse_cdf)(rows, fractions))
+    columns = np.tile(probs[:, None], (1, len(fractions)))
+    found = np.asarray(jax.jit(_inverse_cdf)(columns, fractions))
     assert list(found) == [*positive, positive[0], positive[-1]]
-    draws = np.asarray(jax.jit(_inverse_cdf)(np.tile(probs, (4000, 1)), 1.0 - rng.random(4000)))
+    draws = np.asarray(
+        jax.jit(_inverse_cdf)(np.tile(probs[:, None], (1, 4000)), 1.0 - rng.random(4000))
+    )
     assert np.all(probs[draws] > 0)
     freq = np.bincount(draws, minlength=v) / 4000
     assert np.abs(freq - probs).max() < 0.02

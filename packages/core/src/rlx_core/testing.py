@@ -12,16 +12,22 @@ use the fixtures by name:
 - `storage_root`: `new_root` over the three backends (parametrised: local, s3, gcs);
 - `dead_endpoint`: an http URL on 127.0.0.1 where nothing listens; `free_port()` a free port;
 - `serve_in_thread(lifecycle, server_config, register)`: a service in this process (a daemon
-  thread, no signal handlers), returning its address once it listens, and the thread.
+  thread, no signal handlers), returning its address once it listens, and the thread;
+- `ChildProcesses(directory)`: Python child processes whose output goes to files there, waited
+  for (or killed) together, their output shown when one fails.
 
 Nothing here reaches a network beyond loopback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+import subprocess
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -31,7 +37,7 @@ import pytest
 from rlx_core.lifecycle import Lifecycle
 from rlx_core.serving import Register, ServerConfig, run_service
 
-__all__ = ["BACKENDS", "free_port", "serve_in_thread"]
+__all__ = ["BACKENDS", "ChildProcesses", "free_port", "serve_in_thread"]
 
 BACKENDS = ("local", "s3", "gcs")
 
@@ -68,6 +74,74 @@ def serve_in_thread(
     thread.start()
     assert ready.wait(timeout_s), f"{lifecycle.service} did not start within {timeout_s:g} s"
     return found[0], thread
+
+
+class ChildProcesses:
+    """`python ARGS` children of a test, by name, each writing stdout to DIRECTORY/NAME.out and
+    stderr to NAME.err. A context manager: leaving it kills those still running. `wait_s` bounds
+    how long `address` and `wait` wait."""
+
+    def __init__(self, directory: Path, *, wait_s: float = 240.0) -> None:
+        self.directory = directory
+        self.wait_s = wait_s
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def __enter__(self) -> ChildProcesses:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+    def start(self, name: str, args: Sequence[str], env: dict[str, str]) -> None:
+        with (
+            (self.directory / f"{name}.out").open("wb") as out,
+            (self.directory / f"{name}.err").open("wb") as err,
+        ):  # the child keeps its own handles
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, *args], stdout=out, stderr=err, env=env
+            )
+
+    def stderr(self, name: str) -> str:
+        return (self.directory / f"{name}.err").read_text(errors="replace")
+
+    def output(self) -> str:
+        """The end of every child's stdout and stderr, with its exit code."""
+        return "\n".join(
+            f"--- {name} (exit {proc.poll()}):\n"
+            + (self.directory / f"{name}.out").read_text(errors="replace")[-2000:]
+            + self.stderr(name)[-6000:]
+            for name, proc in self.procs.items()
+        )
+
+    def address(self, name: str) -> str:
+        """The first line the child prints (a server's address)."""
+        deadline = time.monotonic() + self.wait_s
+        path = self.directory / f"{name}.out"
+        while time.monotonic() < deadline and self.procs[name].poll() is None:
+            first, newline, _ = path.read_text(errors="replace").partition("\n")
+            if newline:
+                return first.strip()
+            time.sleep(0.2)
+        self.kill()
+        pytest.fail(f"no address from {name}\n{self.output()}")
+
+    def wait(self) -> None:
+        """Every child exits 0 within `wait_s`; else all are killed and the test fails with
+        their output."""
+        deadline = time.monotonic() + self.wait_s
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(1.0, deadline - time.monotonic()))
+        failed = [name for name, proc in self.procs.items() if proc.poll() != 0]
+        if failed:
+            self.kill()
+            pytest.fail(f"{', '.join(failed)} failed or timed out\n{self.output()}")
+
+    def kill(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
 
 
 @pytest.fixture(scope="session")

@@ -25,11 +25,21 @@ class EngineConfig:
     continuous: bool = True  # refill a slot as soon as its sequence ends; False: static batches
     interruptible: bool = False  # forced reload recomputes partial rollouts (not reproducible)
     compile_cache_dir: str = "~/.cache/rlx/jax-compile"  # JAX persistent cache; "" disables it
+    # devices the weights and KV cache are split over (heads, MLP width, vocabulary), >= 0; 0 =
+    # all. 1 in one process: one device, no mesh; the mesh spans every device of every process
+    # (rlx_inference.mesh), those the split leaves compute the same as replicas
+    tensor_parallel: int = 1
 
     def __post_init__(self) -> None:
         for name in ("slots", "block_size", "cache_mib", "steps_per_call", "span_bucket"):
             if getattr(self, name) < 1:
                 raise ConfigError("must be >= 1", field=name, value=getattr(self, name))
+        if self.tensor_parallel < 0:
+            raise ConfigError(
+                "must be >= 1, or 0 for all devices",
+                field="tensor_parallel",
+                value=self.tensor_parallel,
+            )
         if self.max_context < 1 or self.max_context % self.block_size:
             raise ConfigError(
                 f"must be a positive multiple of block_size ({self.block_size})",

@@ -4,6 +4,14 @@ One engine, one work unit at a time (later Generate calls wait their turn). `loa
 pulls v from this worker's paramserver replica (worker i -> replica i mod R) and swaps it in
 between units; with `force`, the pull happens while the running unit goes on, and the swap at its
 next boundary (which discards its partial rollouts, or recomputes them in interruptible mode).
+
+On a mesh spanning several processes (`rlx_inference.mesh`) every process holds an
+InferenceService and a `Lockstep`: process 0 serves gRPC and hands each Generate and LoadVersion
+to the others, which run it too, one call at a time in the same order (the engine's scheduler
+depends only on the unit, so every process makes the same compiled calls). Every process pulls a
+version from the paramserver itself; if the pull fails on one, it fails on all. A forced
+LoadVersion waits for the running unit like any other call (calls do not overlap); Status is
+process 0's alone.
 """
 
 from __future__ import annotations
@@ -23,7 +31,9 @@ from rlx_core.lifecycle import Lifecycle
 from rlx_inference._version import __version__
 from rlx_inference.config import InferenceConfig
 from rlx_inference.engine import Engine, Swap, params_from_flat
+from rlx_inference.mesh import engine_mesh
 from rlx_model import TINY_CONFIGS, ModelConfig, Params, load_checkpoint, load_config
+from rlx_model.distributed import Lockstep, on_every_process
 
 __all__ = ["InferenceService", "load_model"]
 
@@ -51,12 +61,24 @@ class InferenceService:
     """Owns the engine, the loaded version, the paramserver link and the lifecycle."""
 
     def __init__(
-        self, config: InferenceConfig, *, model: tuple[ModelConfig, Params | None] | None = None
+        self,
+        config: InferenceConfig,
+        *,
+        model: tuple[ModelConfig, Params | None] | None = None,
+        lockstep: Lockstep | None = None,
     ) -> None:
+        """`lockstep`: this process's place in a mesh of several processes (None: one)."""
         self.config = config
+        self.lockstep = lockstep
         self.lifecycle = Lifecycle("inference", __version__)
         cfg, params = model if model is not None else load_model(config)
-        self.engine = Engine(cfg, params, config.engine, version=0 if params is not None else None)
+        self.engine = Engine(
+            cfg,
+            params,
+            config.engine,
+            version=0 if params is not None else None,
+            mesh=engine_mesh(config.engine.tensor_parallel),
+        )
         self._unit_lock = threading.Lock()  # one work unit at a time
         self._load_lock = threading.Lock()  # one pull at a time
         self._pending: Swap | None = None
@@ -93,22 +115,26 @@ class InferenceService:
         with self._pending_lock:
             self._waiting += 1
         try:
-            with self._unit_lock:
-                with self._pending_lock:
-                    self._waiting -= 1
-                if self.engine.version is None:
-                    raise FailedPrecondition(
-                        f"work unit {unit.unit_id!r} needs version {unit.version}, but no "
-                        f"version is loaded; LoadVersion({unit.version}) first",
-                        loaded=None,
-                    )
-                result = self.engine.generate(unit, poll=self._take_pending)
-        except BaseException:
+            return self._generate(unit)
+        finally:
             self._set_info()
-            raise
-        self._set_info()
-        return result
 
+    @on_every_process
+    def _generate(self, unit: WorkUnit) -> GenerateResult:
+        with self._unit_lock:
+            with self._pending_lock:  # other processes count no waiting calls (no Status)
+                self._waiting = max(0, self._waiting - 1)
+            if self.engine.version is None:
+                raise FailedPrecondition(
+                    f"work unit {unit.unit_id!r} needs version {unit.version}, but no "
+                    f"version is loaded; LoadVersion({unit.version}) first",
+                    loaded=None,
+                )
+            # in lockstep no forced reload can arrive mid-unit (calls do not overlap)
+            poll = self._take_pending if self.lockstep is None else None
+            return self.engine.generate(unit, poll=poll)
+
+    @on_every_process
     def load_version(self, version: int, *, force: bool = False) -> LoadResult:
         if version < 0:
             raise InvalidArgument(f"version: must be >= 0, got {version}", field="version")
@@ -117,20 +143,29 @@ class InferenceService:
             if previous == version:
                 return LoadResult(version=version, previous=previous, pull_s=0.0, nbytes=0)
             start = time.perf_counter()
-            got, flat = self._paramserver().pull(version)
+            got, flat = self._pull(version)
             params = params_from_flat(
-                self.engine.cfg, {k: np.array(v, copy=True) for k, v in flat.items()}
+                self.engine.cfg,
+                {k: np.array(v, copy=True) for k, v in flat.items()},
+                mesh=self.engine.mesh,
             )
             pull_s = time.perf_counter() - start
             nbytes = sum(int(v.nbytes) for v in flat.values())
             log.info("pulled version %d (%d bytes) in %.2f s", got, nbytes, pull_s)
-            if force:
+            if force and self.lockstep is None:
                 self._swap_soon((params, got))
             else:
                 with self._unit_lock:
                     self.engine.set_params(params, got)
             self._set_info()
             return LoadResult(version=got, previous=previous, pull_s=pull_s, nbytes=nbytes)
+
+    def _pull(self, version: int) -> tuple[int, dict[str, np.ndarray]]:
+        """Version `version` from this worker's replica; with several processes each pulls it
+        and a failure anywhere is raised everywhere (no process may go on without it)."""
+        if self.lockstep is None:
+            return self._paramserver().pull(version)
+        return self.lockstep.agree(lambda: self._paramserver().pull(version))
 
     def _swap_soon(self, swap: Swap) -> None:
         """Swap now if no unit runs, else hand it to the running unit's next boundary."""
@@ -179,6 +214,9 @@ class InferenceService:
                 "model": f"{c.family} L{c.num_layers} d{c.hidden_size} V{c.vocab_size} "
                 f"{c.compute_dtype}",
                 "slots": str(e.config.slots),
+                "mesh": "one device"
+                if e.mesh is None
+                else " x ".join(f"{axis} {n}" for axis, n in e.mesh.shape.items()),
                 "cache_blocks": str(e.total_blocks),
                 "units_done": str(e.units_done),
                 "discarded_partial": str(e.discarded_partial),

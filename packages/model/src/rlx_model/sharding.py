@@ -22,6 +22,7 @@ __all__ = [
     "AXES",
     "batch_sharding",
     "make_mesh",
+    "paged_cache_sharding",
     "param_partition_specs",
     "param_shardings",
     "shard_params",
@@ -70,6 +71,15 @@ def param_shardings(cfg: ModelConfig, mesh: Mesh) -> Params:
     return unflatten(
         {p: NamedSharding(mesh, s) for p, s in param_partition_specs(cfg, mesh).items()}
     )
+
+
+def paged_cache_sharding(cfg: ModelConfig, mesh: Mesh) -> NamedSharding:
+    """The paged KV cache's k and v [L, K, blocks, block_size, d]: the KV heads split over the
+    tensor axis when its size divides them (each device then keeps the keys and values of the
+    heads its k/v columns compute), else replicated."""
+    tensor = mesh.shape["tensor"]
+    split = tensor > 1 and cfg.num_kv_heads % tensor == 0
+    return NamedSharding(mesh, PartitionSpec(None, "tensor" if split else None))
 
 
 def shard_params(params: Params, cfg: ModelConfig, mesh: Mesh) -> Params:

@@ -9,7 +9,7 @@ Nothing is half-applied: a batch is checked before anything runs, and if the pus
 version fails the trainer keeps its previous state (and says so). With `expected_step`, a retried
 TrainStep whose reply was lost gets the recorded result instead of a second update.
 
-On a mesh spanning several processes (`rlx_trainer.distributed`) every process holds a
+On a mesh spanning several processes (`rlx_model.distributed`) every process holds a
 TrainerService and a `Lockstep`: process 0 serves gRPC, and each call it serves runs on every
 process in the same order (one at a time, Status included). What only process 0 knows (whether it
 is draining, whether the push to the paramserver worked) is decided there and shared; pulls of old
@@ -18,13 +18,11 @@ versions happen on every process and fail on all if they fail on one.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 import numpy as np
 
@@ -40,33 +38,17 @@ from rlx_core.errors import (
 )
 from rlx_core.lifecycle import Lifecycle
 from rlx_model import enable_compile_cache
+from rlx_model.distributed import Lockstep, on_every_process
 from rlx_trainer._version import __version__
 from rlx_trainer.checkpoint import CheckpointStore
 from rlx_trainer.config import TrainerConfig
-from rlx_trainer.distributed import Lockstep
 from rlx_trainer.trainer import Trainer
 
 __all__ = ["TrainerService"]
 
 log = logging.getLogger(__name__)
 
-F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-
-
-def _on_every_process(method: F) -> F:
-    """With a Lockstep, process 0 hands the call to the other processes, which run it too."""
-    signature = inspect.signature(method)
-
-    @functools.wraps(method)
-    def wrapper(self: TrainerService, *args: Any, **kwargs: Any) -> Any:
-        if self._lockstep is None:
-            return method(self, *args, **kwargs)
-        bound = signature.bind(self, *args, **kwargs).arguments
-        named = {k: v for k, v in bound.items() if k != "self"}
-        return self._lockstep.call(method.__name__, named, lambda: method(self, **named))
-
-    return cast(F, wrapper)
 
 
 class TrainerService:
@@ -75,7 +57,7 @@ class TrainerService:
     def __init__(self, config: TrainerConfig, *, lockstep: Lockstep | None = None) -> None:
         """`lockstep`: this process's place in a mesh of several processes (None: one)."""
         self.config = config
-        self._lockstep = lockstep
+        self.lockstep = lockstep
         enable_compile_cache(config.compile_cache_dir)  # a restarted trainer does not recompile
         self.lifecycle = Lifecycle("trainer", __version__)
         self.trainer: Trainer | None = None
@@ -93,7 +75,7 @@ class TrainerService:
 
     def _decide(self, run: Callable[[], T]) -> T | None:
         """`run()` here, or with several processes on process 0, its outcome shared."""
-        return run() if self._lockstep is None else self._lockstep.decide(run)
+        return run() if self.lockstep is None else self.lockstep.decide(run)
 
     def _accepting(self) -> None:
         def check() -> None:
@@ -105,7 +87,7 @@ class TrainerService:
     def store(self, uri: str = "") -> CheckpointStore:
         """The checkpoint store at `uri` ("" = the configured checkpoint.uri)."""
         c = self.config.checkpoint
-        if self._lockstep is not None and (uri or c.uri).startswith("s3://"):
+        if self.lockstep is not None and (uri or c.uri).startswith("s3://"):
             # Orbax writes each process's shards into one directory; s3:// stages per process
             raise FailedPrecondition(
                 "checkpoint.uri: s3:// checkpoints are staged in a local directory per process, "
@@ -140,7 +122,7 @@ class TrainerService:
             ) as client:
                 return client.pull(version)[1]
 
-        lockstep = self._lockstep
+        lockstep = self.lockstep
         if lockstep is None:
             return pull
         return lambda version: lockstep.agree(lambda: pull(version))
@@ -176,7 +158,7 @@ class TrainerService:
             info["model"] = t.describe()
 
     # --- the RPCs (with several processes, each runs on all of them) ------------------------
-    @_on_every_process
+    @on_every_process
     def init(
         self,
         *,
@@ -225,7 +207,7 @@ class TrainerService:
                 trainer.state.step, trainer.state.step, trainer.num_params, trainer.describe()
             )
 
-    @_on_every_process
+    @on_every_process
     def train_step(self, batch: TrainBatch, expected_step: int | None = None) -> StepResult:
         with self._lock:
             self._accepting()
@@ -270,14 +252,14 @@ class TrainerService:
             self._set_info()
             return result
 
-    @_on_every_process
+    @on_every_process
     def save_checkpoint(self) -> tuple[int, str]:
         with self._lock:
             trainer = self._require()
             store = self.store()
             return trainer.save(store), store.uri
 
-    @_on_every_process
+    @on_every_process
     def restore(self, step: int | None = None) -> tuple[int, int]:
         """Go back to checkpoint `step` (None = newest) and push that version."""
         with self._lock:
@@ -291,7 +273,7 @@ class TrainerService:
             self._set_info()
             return restored, restored
 
-    @_on_every_process
+    @on_every_process
     def status(self) -> TrainerStatus:
         t = self.trainer
         steps: tuple[int, ...] = ()

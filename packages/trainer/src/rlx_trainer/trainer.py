@@ -2,7 +2,7 @@
 accumulation, metrics, and checkpoints. Plain Python around the compiled pieces of `step.py`;
 no RPC here.
 
-On a mesh spanning several processes (`rlx_trainer.distributed`) every process builds the same
+On a mesh spanning several processes (`rlx_model.distributed`) every process builds the same
 Trainer and runs the same calls; host arrays go onto the mesh with `put_global` and come back with
 `to_host` (an all-gather), so what the host sees is the same on every process.
 
@@ -31,11 +31,11 @@ from rlx_core.clients.trainer import StepResult, TrainBatch
 from rlx_core.errors import ConfigError, FailedPrecondition
 from rlx_model import ModelConfig, Params, RopeScaling, make_mesh, param_shapes, param_shardings
 from rlx_model.decoder import unflatten
+from rlx_model.distributed import put_global, to_host
 from rlx_model.sharding import batch_sharding
 from rlx_trainer.batch import check_batch, split_batch
 from rlx_trainer.checkpoint import CheckpointStore
 from rlx_trainer.config import TrainerConfig
-from rlx_trainer.distributed import put_global, to_host
 from rlx_trainer.metrics import check_thresholds, mismatch, summarize
 from rlx_trainer.objective import K2KL, K3KL, RLObjective, preset
 from rlx_trainer.optim import make_optimizer, make_schedule
