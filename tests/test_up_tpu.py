@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,9 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
             assert all(
                 s["alive"] and s["address"].startswith("127.0.0.1:") for s in services.values()
             )
+            # the inference slice's hosts form one mesh, its tensor axis the whole slice
+            written = json.loads(open_storage(run).get("nodes/inference-0.json"))
+            assert tomllib.loads(written["config"])["engine"]["tensor_parallel"] == 0
             creates = api.requests("CreateQueuedResource")
             assert [c.queued_resource_id.rsplit("-", 2)[-2:] for c in creates] == [
                 ["trainer", "0"],

@@ -167,8 +167,12 @@ def test_startup_script_reads_the_token_from_the_secret_and_parses() -> None:
     assert f"--node {node.node_id}" in script and "--run-dir gs://bucket/runs/Math_Qwen" in script
     for s in node.services:
         assert f"--service {s.name}:{s.kind}:{s.port}" in script
-    assert "RLX_COORDINATOR" not in script  # only the trainer's hosts form one mesh
-    assert 'RLX_COORDINATOR="${RLX_COORDINATOR-auto}"' in startup_script(plan, plan.nodes[0])
+    # every host of a trainer or inference slice is one process of one mesh; not on a CPU VM
+    mesh = 'RLX_COORDINATOR="${RLX_COORDINATOR-auto}"'
+    assert mesh in script and mesh in startup_script(plan, plan.nodes[0])
+    vm_plan = make_plan(_cfg(overrides=VM_VERIFIER))
+    vm = next(n for n in vm_plan.nodes if n.is_vm)
+    assert "RLX_COORDINATOR" not in startup_script(vm_plan, vm)
     assert "agent-worker-number" in script  # a slice's hosts ask the metadata server
     assert "venv" not in script and "apt-get" not in script  # a TPU VM image has pip
     subprocess.run(["bash", "-n"], input=script.encode(), check=True)

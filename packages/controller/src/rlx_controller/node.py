@@ -12,8 +12,10 @@ addresses). On SIGTERM (the VM is preempted or under maintenance) it writes
 `events/NODE-wN.json` into the run directory, which tells the controller to snapshot and stop,
 then stops the services.
 
-Services run on worker 0 of a slice only, except the trainer, which runs on every worker: its
-processes form one JAX mesh over the slice's hosts (RLX_COORDINATOR, see rlx_trainer.distributed).
+Services run on worker 0 of a slice only, except the trainer and inference, which run on every
+worker: their processes form one JAX mesh over the slice's hosts (RLX_COORDINATOR, see
+rlx_core.distributed and rlx_model.distributed). Colocated paramservers and verifiers stay on
+worker 0.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import IO
 
 from rlx_controller.providers.local import KINDS, service_command
+from rlx_controller.provision import MESH_POOLS
 from rlx_core.errors import NotFound, RlxError
 from rlx_core.storage import Storage, open_storage
 
@@ -259,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     services = args.service
     if args.worker > 0:
-        services = [s for s in services if s.kind == "trainer"]
+        services = [s for s in services if s.kind in MESH_POOLS]
     agent = Agent(
         open_storage(args.run_dir),
         args.node,

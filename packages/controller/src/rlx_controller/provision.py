@@ -39,6 +39,7 @@ from rlx_core import DISTRIBUTIONS
 from rlx_core.errors import ConfigError
 
 __all__ = [
+    "MESH_POOLS",
     "NodePlan",
     "Plan",
     "ServicePlacement",
@@ -47,6 +48,9 @@ __all__ = [
     "startup_script",
 ]
 
+# Pools whose service runs on every host of a slice, the hosts' processes forming one JAX mesh
+# (rlx_model.distributed); the other services run on worker 0 only.
+MESH_POOLS = ("trainer", "inference")
 # Where a node keeps rlx's files (token, logs, service configs).
 NODE_HOME = "/var/lib/rlx"
 # resource ids: lowercase letters, digits, '-'; a letter first; at most 63 characters
@@ -240,9 +244,9 @@ def startup_script(plan: Plan, node: NodePlan) -> str:
     q = shlex.quote
     services = " ".join(f"--service {q(f'{s.name}:{s.kind}:{s.port}')}" for s in node.services)
     multi = ""
-    if node.pool == "trainer":
-        # every host of the trainer's slice is one process of one JAX mesh; on Cloud TPU JAX
-        # finds the coordinator, the process count and its id itself
+    if node.pool in MESH_POOLS and not node.is_vm:
+        # every host of a trainer or inference slice is one process of one JAX mesh; on Cloud
+        # TPU JAX finds the coordinator, the process count and its id itself
         # (RLX_COORDINATOR set empty in the environment: one process, no jax.distributed)
         multi = 'export RLX_COORDINATOR="${RLX_COORDINATOR-auto}"\n'
     check = (

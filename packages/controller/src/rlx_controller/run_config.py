@@ -542,6 +542,9 @@ class ProvisionConfig:
     # the trainer's mesh over its slice (data, fsdp, tensor); fsdp 0 = every device the others
     # leave
     trainer_mesh: tuple[int, int, int] = (1, 0, 1)
+    # the inference engine's tensor-parallel size over its slice (`engine.tensor_parallel`: every
+    # host of a slice runs one process of one mesh); 0 = every device of the slice
+    inference_tensor_parallel: int = 0
     labels: dict[str, str] = field(default_factory=dict)  # added to every node (QR and VM)
     trainer: PoolConfig = field(default_factory=lambda: PoolConfig(accelerator_type="v5p-8"))
     inference: PoolConfig = field(default_factory=lambda: PoolConfig(accelerator_type="v5p-8"))
@@ -566,6 +569,12 @@ class ProvisionConfig:
                 "(data, fsdp, tensor): data and tensor >= 1, fsdp >= 1 or 0 (the rest)",
                 field="trainer_mesh",
                 value=self.trainer_mesh,
+            )
+        if self.inference_tensor_parallel < 0:
+            raise ConfigError(
+                "must be >= 0 (0: every device of the slice)",
+                field="inference_tensor_parallel",
+                value=self.inference_tensor_parallel,
             )
         if not 1024 <= self.base_port <= 65000:
             raise ConfigError("must be within 1024-65000", field="base_port", value=self.base_port)

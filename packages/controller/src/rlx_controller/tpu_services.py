@@ -120,10 +120,10 @@ class TpuRunServices(RunServices):
         trainer["mesh"] = {"data": data, "fsdp": fsdp, "tensor": tensor}
         configs["trainer"] = {"args": [], "config": service_toml(trainer)}
         for i, n in enumerate(self.workers):
-            configs[n] = {
-                "args": [],
-                "config": service_toml(self._node_tables(self._worker_tables(i, ps))),
-            }
+            worker = self._node_tables(self._worker_tables(i, ps))
+            if not self.plan.services()[n][0].is_vm:  # a slice: its devices are one mesh
+                worker["engine"]["tensor_parallel"] = self.cfg.provision.inference_tensor_parallel
+            configs[n] = {"args": [], "config": service_toml(worker)}
         for n in self.verifiers:
             configs[n] = {"args": [], "config": ""}
         for name, spec in configs.items():
