@@ -14,9 +14,9 @@ mixed lengths (16-256 tokens). Workloads:
 tokens/s counts generated tokens (up to and including a stop token) over wall time, prefill
 included, compilation excluded (one warm-up run first); the best of --repeats runs. The f32 matmul
 peak is measured in the same run (2048^3 in both frameworks, the higher counts) and each figure is
-also given as a fraction of it, from an analytic FLOP count of the work done (prefill + decode,
-attention included). The machine is shared: `uptime` is printed before and after; trust ratios
-from one run more than absolute figures.
+also given as a fraction of it, from an analytic FLOP count of the work generating needs (prefill
++ decode, attention included; `flops`: the same count for both sides). The machine is shared:
+`uptime` is printed before and after; trust ratios from one run more than absolute figures.
 """
 
 from __future__ import annotations
@@ -102,14 +102,20 @@ with torch.inference_mode():
 
 
 def flops(cfg: ModelConfig, prompt_lens: list[int], new_lens: list[int]) -> float:
-    """Matmul FLOPs of prefilling each prompt and decoding its new tokens (projections, MLP,
-    attention over the context, the vocabulary head once per prompt and per new token)."""
+    """Matmul FLOPs that generating needs (projections, MLP, attention over the context, the
+    vocabulary head once per prompt and per new token). A prompt needs every layer at every
+    position except the last layer, whose keys and values are needed everywhere but whose
+    attention, output projection and MLP only at the last token (the only output: the engine
+    computes just that; HF computes them everywhere, which this does not count)."""
     d, q, kv, f = cfg.hidden_size, cfg.q_size, cfg.kv_size, cfg.intermediate_size
-    per_token = cfg.num_layers * (d * q + 2 * d * kv + q * d + 3 * d * f)
+    qkv, tail = d * q + 2 * d * kv, q * d + 3 * d * f
+    per_token = cfg.num_layers * (qkv + tail)
     head = cfg.vocab_size * d
     total = 0.0
     for p, n in zip(prompt_lens, new_lens, strict=True):
-        total += p * per_token + cfg.num_layers * 2 * q * p * (p + 1) / 2 + head
+        layers = cfg.num_layers - 1
+        total += p * (layers * (qkv + tail) + qkv) + tail + head
+        total += layers * 2 * q * p * (p + 1) / 2 + 2 * q * p
         for i in range(max(0, n - 1)):  # the first new token comes out of the prefill
             total += per_token + cfg.num_layers * 2 * q * (p + i + 1) + head
     return 2.0 * total

@@ -309,14 +309,15 @@ def _steps_attention(
 def _gather_blocks(pool: jax.Array, tables: jax.Array) -> jax.Array:
     """The blocks `tables` [B, n] names of one layer's pool [K, N, bs, d], as [K, B, n * bs, d].
 
-    One take of whole blocks (bs * d contiguous values) per KV head: XLA's CPU code for it
-    copies rows, where indexing the 4-d pool with the table ran an element-wise loop (measured
-    about 3x slower for the values of a decode call at the bench config)."""
+    One take of whole blocks (bs * d contiguous values) from the pool seen as [K * N, bs * d],
+    KV head h's ids offset by h * N: XLA's CPU code for it copies rows, where indexing the 4-d
+    pool with the table ran an element-wise loop (about 3x slower for the values of a decode
+    call at the bench config), and a take per head then a stack copied everything twice."""
     kv, n, bs, d = pool.shape
     b, width = tables.shape
-    ids = tables.reshape(-1)
-    heads = [jnp.take(pool[h].reshape(n, bs * d), ids, axis=0, mode="clip") for h in range(kv)]
-    return jnp.stack(heads).reshape(kv, b, width * bs, d)
+    ids = tables.reshape(1, -1) + (jnp.arange(kv, dtype=tables.dtype) * n)[:, None]
+    rows = jnp.take(pool.reshape(kv * n, bs * d), ids.reshape(-1), axis=0, mode="clip")
+    return rows.reshape(kv, b, width * bs, d)
 
 
 def paged_decode_steps(
