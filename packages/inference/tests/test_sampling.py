@@ -85,3 +85,22 @@ def test_two_level_inverse_cdf_finds_the_token_across_chunks() -> None:
     assert np.all(probs[draws] > 0)
     freq = np.bincount(draws, minlength=v) / 4000
     assert np.abs(freq - probs).max() < 0.02
+
+
+def test_greedy_takes_the_first_maximum_across_chunks() -> None:
+    """Greedy is argmax (its first index among ties), also when the ties sit in different
+    chunks and the vocabulary is not a multiple of the chunk (the last one padded)."""
+    v, b = 2 * CDF_CHUNK + 5, 6
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((v, b)).astype(np.float32)
+    top = logits.max() + 1.0
+    logits[[7, CDF_CHUNK + 3], 0] = top  # a tie across chunks
+    logits[[2 * CDF_CHUNK + 4, 2 * CDF_CHUNK + 1], 1] = top  # in the padded last chunk
+    logits[CDF_CHUNK - 1, 2] = top  # a chunk's last entry
+    knobs = (np.int32(0), np.float32(1.0), np.int32(0), np.float32(1.0))
+    tokens, sampler, model = sample(logits, KEYS[:b], POSITIONS[:b], *knobs)
+    assert list(np.asarray(tokens)) == list(np.argmax(logits, axis=0))
+    z = logits - logits.max(axis=0)
+    expected = z[np.argmax(logits, axis=0), np.arange(b)] - np.log(np.exp(z).sum(axis=0))
+    np.testing.assert_allclose(np.asarray(model), expected, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(sampler), np.asarray(model))
