@@ -159,6 +159,9 @@ token_secret = "{SECRET}"
 token_file = "{token}"
 base_port = {_free_base_port()}
 poll_s = 0.5
+# not the defaults (0 and fsdp 0), so the test sees them written; the same one device here
+inference_tensor_parallel = 1
+trainer_mesh = [1, 1, 1]
 
 [provision.trainer]
 accelerator_type = "v5p-8"
@@ -236,9 +239,13 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
             assert all(
                 s["alive"] and s["address"].startswith("127.0.0.1:") for s in services.values()
             )
-            # the inference slice's hosts form one mesh, its tensor axis the whole slice
+            # the inference slice's hosts form one mesh: its tensor axis and the trainer's mesh
+            # as [provision] says
             written = json.loads(open_storage(run).get("nodes/inference-0.json"))
-            assert tomllib.loads(written["config"])["engine"]["tensor_parallel"] == 0
+            assert tomllib.loads(written["config"])["engine"]["tensor_parallel"] == 1
+            written = json.loads(open_storage(run).get("nodes/trainer.json"))
+            mesh = tomllib.loads(written["config"])["mesh"]
+            assert mesh == {"data": 1, "fsdp": 1, "tensor": 1}
             creates = api.requests("CreateQueuedResource")
             assert [c.queued_resource_id.rsplit("-", 2)[-2:] for c in creates] == [
                 ["trainer", "0"],

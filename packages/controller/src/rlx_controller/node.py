@@ -198,8 +198,10 @@ class Agent:
 
     def _report_exit(self, s: _Service, code: int) -> None:
         """Tell the controller why a service is not answering (it shows it while it waits)."""
-        try:
-            lines = (self.home / "logs" / f"{s.name}.log").read_text(errors="replace")
+        try:  # the log's end only: it grows with every restart
+            with open(self.home / "logs" / f"{s.name}.log", "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
+                lines = f.read().decode(errors="replace")
         except OSError:
             lines = ""
         report = {

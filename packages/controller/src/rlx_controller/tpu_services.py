@@ -119,9 +119,10 @@ class TpuRunServices(RunServices):
         data, fsdp, tensor = self.cfg.provision.trainer_mesh
         trainer["mesh"] = {"data": data, "fsdp": fsdp, "tensor": tensor}
         configs["trainer"] = {"args": [], "config": service_toml(trainer)}
+        placed = self.plan.services()
         for i, n in enumerate(self.workers):
             worker = self._node_tables(self._worker_tables(i, ps))
-            if not self.plan.services()[n][0].is_vm:  # a slice: its devices are one mesh
+            if not placed[n][0].is_vm:  # a slice: its devices are one mesh
                 worker["engine"]["tensor_parallel"] = self.cfg.provision.inference_tensor_parallel
             configs[n] = {"args": [], "config": service_toml(worker)}
         for n in self.verifiers:
