@@ -3,7 +3,7 @@ devices, through the real `Trainer`, then the params (and a few metrics) to an .
 
     python multihost_worker.py OUT.npz [COORDINATOR NUM_PROCESSES PROCESS_ID]
 
-With a coordinator, this process joins the others with `rlx_trainer.distributed.initialize` and
+With a coordinator, this process joins the others with `rlx_model.distributed.initialize` and
 the mesh spans them; without, one process holds all 8 devices. XLA_FLAGS and JAX_PLATFORMS come
 from the parent. Only process 0 writes OUT.npz.
 """
@@ -19,7 +19,8 @@ MESH = {"data": 1, "fsdp": 4, "tensor": 2}  # fsdp crosses the processes: params
 
 
 def main(argv: list[str]) -> None:
-    from rlx_trainer.distributed import DistributedConfig, initialize
+    from rlx_core.distributed import DistributedConfig
+    from rlx_model.distributed import initialize
 
     out = argv[0]
     if len(argv) > 1:

@@ -1,6 +1,7 @@
-"""Several processes forming one mesh (`rlx_trainer.distributed`): two real processes with 4 CPU
-devices each, joined by jax.distributed over 127.0.0.1 (gloo collectives), train like one
-process holding all 8 devices; and `rlx-trainer` served by process 0 runs every call on both.
+"""Several processes forming one mesh (`rlx_core.distributed`, `rlx_model.distributed`): two
+real processes with 4 CPU devices each, joined by jax.distributed over 127.0.0.1 (gloo
+collectives), train like one process holding all 8 devices; and `rlx-trainer` served by
+process 0 runs every call on both.
 
 XLA_FLAGS must be set before JAX starts, so every mesh runs in fresh interpreters.
 """
@@ -21,8 +22,9 @@ import pytest
 from trainer_helpers import MODEL, rl_batch
 
 from rlx_core.clients import LifecycleClient, TrainerClient
+from rlx_core.distributed import DistributedConfig
 from rlx_core.errors import ConfigError, InvalidArgument, Unavailable
-from rlx_trainer.distributed import DistributedConfig, initialize
+from rlx_model.distributed import initialize
 from rlx_trainer.server import main
 
 HERE = Path(__file__).parent
