@@ -102,9 +102,9 @@ def main(argv: list[str]) -> None:
     mesh = engine_mesh(ENGINE.tensor_parallel)
     assert mesh is not None and dict(mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 8}
     engine = Engine(CFG, init_params(CFG, SEEDS[1]), ENGINE, version=1, mesh=mesh)
-    q = engine.params["layers"][0]["q"]
+    q = engine.params["layers"][0]["q_t"]  # [out, in]: split by its output (heads)
     cache = engine.cache.k.sharding
-    assert q.sharding.spec == PartitionSpec(None, "tensor"), q.sharding
+    assert q.sharding.spec == PartitionSpec("tensor", None), q.sharding
     assert cache.spec == PartitionSpec(None, "tensor"), cache
     assert engine.params["head_vd"].sharding.spec == PartitionSpec("tensor", None)
     held = {d.process_index for d in q.sharding.device_set}

@@ -50,7 +50,8 @@ def engine_mesh(tensor_parallel: int) -> Mesh | None:
 
 def place_params(cfg: ModelConfig, form: Params, mesh: Mesh | None) -> Params:
     """Params in the form the engine computes with (`engine.engine_form`) laid out on `mesh`
-    (None: as they are): each by its family spec, a layer's without the stacked layer axis, the
+    (None: as they are): each by its family spec, a layer's without the stacked layer axis and
+    transposed for a matrix held output-major (`q_t`: [out, in] split like `q` [in, out]), the
     head held as [V, D] (`head_vd`) split by vocabulary like `lm_head` [D, V]."""
     if mesh is None:
         return form
@@ -58,8 +59,10 @@ def place_params(cfg: ModelConfig, form: Params, mesh: Mesh | None) -> Params:
 
     def sharding(path: tuple[Any, ...], _: Any) -> NamedSharding:
         names = [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
-        if names[0] == "layers":  # ("layers", i, name)
-            return NamedSharding(mesh, PartitionSpec(*specs[f"layers/{names[-1]}"][1:]))
+        if names[0] == "layers":  # ("layers", i, name), a matrix output-major as name_t
+            name = names[-1].removesuffix("_t")
+            spec = specs[f"layers/{name}"][1:]
+            return NamedSharding(mesh, PartitionSpec(*(spec if name == names[-1] else spec[::-1])))
         if names[0] == "head_vd":
             return NamedSharding(mesh, PartitionSpec(*reversed(specs["lm_head"])))
         return NamedSharding(mesh, specs["/".join(names)])

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlx_model.config import ModelConfig
-from rlx_model.layers import apply_rope, attention, rms_norm, rope_frequencies, swiglu
+from rlx_model.layers import apply_rope, attention, dense, rms_norm, rope_frequencies
 
 __all__ = [
     "KVCache",
@@ -137,9 +137,9 @@ def qkv_projection(
     cdt = _DTYPES[cfg.compute_dtype]
     b, t, _ = x.shape
     h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps)
-    q = h @ layer["q"].astype(cdt)
-    k = h @ layer["k"].astype(cdt)
-    v = h @ layer["v"].astype(cdt)
+    q = dense(h, layer, "q", cdt)
+    k = dense(h, layer, "k", cdt)
+    v = dense(h, layer, "v", cdt)
     if cfg.qkv_bias:
         q = q + layer["q_bias"].astype(cdt)
         k = k + layer["k_bias"].astype(cdt)
@@ -159,11 +159,10 @@ def block_tail(cfg: ModelConfig, x: jax.Array, layer: Params, attn: jax.Array) -
     """The second half of a block: x + o(attn), then + mlp(norm(.)); attn is [B, T, H, d]."""
     cdt = _DTYPES[cfg.compute_dtype]
     b, t, _ = x.shape
-    x = x + attn.reshape(b, t, cfg.q_size) @ layer["o"].astype(cdt)
+    x = x + dense(attn.reshape(b, t, cfg.q_size), layer, "o", cdt)
     h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps)
-    return x + swiglu(
-        h, layer["gate"].astype(cdt), layer["up"].astype(cdt), layer["down"].astype(cdt)
-    )
+    mlp = jax.nn.silu(dense(h, layer, "gate", cdt)) * dense(h, layer, "up", cdt)
+    return x + dense(mlp, layer, "down", cdt)
 
 
 def _block(

@@ -14,7 +14,7 @@ import numpy as np
 
 from rlx_model.config import ModelConfig, RopeScaling
 
-__all__ = ["apply_rope", "attention", "rms_norm", "rope_frequencies", "swiglu"]
+__all__ = ["apply_rope", "attention", "dense", "rms_norm", "rope_frequencies"]
 
 _NEG = -1e30  # additive mask value; finite so fully-masked rows stay NaN-free
 
@@ -87,6 +87,11 @@ def attention(
     return out.reshape(b, t, h, d).astype(q.dtype)
 
 
-def swiglu(x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array) -> jax.Array:
-    """down(silu(x @ gate) * (x @ up))."""
-    return (jax.nn.silu(x @ gate) * (x @ up)) @ down
+def dense(x: jax.Array, layer: dict[str, jax.Array], name: str, dtype: jnp.dtype) -> jax.Array:
+    """x [..., in] times the layer's weight `name`, held either as the kernel `name` [in, out]
+    or output-major as `name_t` [out, in] (the inference engine's form, whose decode runs with
+    the activations transposed: see `rlx_model.paged.paged_decode_steps`), in `dtype`."""
+    transposed = layer.get(name + "_t")
+    if transposed is not None:
+        return jnp.einsum("...i,oi->...o", x, transposed.astype(dtype))
+    return x @ layer[name].astype(dtype)
