@@ -61,6 +61,50 @@ def test_prefill_and_decode_logits_equal_full_forward(model) -> None:
         positions += 1
 
 
+def test_packed_prefill_matches_the_grid_and_a_prompt_bits_do_not_depend_on_its_place(
+    model,
+) -> None:
+    """Prompts packed back to back (`packed`: the per-token work skips the padding) give the
+    grid's hidden states and cache (1e-5; the grid's RoPE angles are compile-time constants), and
+    a prompt's bits are the same wherever it sits in the run and however long the run is, with
+    zero-length rows around it; nothing is written outside the prompts' blocks."""
+    cfg, params = model
+    rng = np.random.default_rng(3)
+    rows, t = 4, 12
+    target = rng.integers(0, cfg.vocab_size, t).astype(np.int32)
+    packed = jax.jit(_paged_prefill, static_argnums=1, static_argnames="packed")
+    seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for before, n in ((0, 64), (5, 64), (11, 128), (3, 192), (0, 192)):
+        tokens = np.zeros((rows, t), np.int32)
+        lengths = np.array([before, 0, t, 3], np.int32)  # the target is row 2
+        tokens[0, :before] = rng.integers(0, cfg.vocab_size, before)
+        tokens[2] = target
+        tokens[3, :3] = rng.integers(0, cfg.vocab_size, 3)
+        tables = np.zeros((rows, W), np.int32)
+        tables[:, :3] = _tables(rng, rows, 3, NB)  # t / BS blocks a row
+        used = sorted({int(b) for r in range(rows) for b in tables[r, : -(-lengths[r] // BS)]})
+        grid_x, grid = paged_prefill(
+            params, cfg, tokens, lengths, tables, init_paged_cache(cfg, NB, BS)
+        )
+        x, cache = packed(
+            params, cfg, tokens, lengths, tables, init_paged_cache(cfg, NB, BS), packed=n
+        )
+        real = lengths > 0
+        np.testing.assert_allclose(np.asarray(x)[real], np.asarray(grid_x)[real], atol=1e-5)
+        for pool, want in ((cache.k, grid.k), (cache.v, grid.v)):
+            got = np.asarray(pool)
+            np.testing.assert_allclose(got[:, :, used], np.asarray(want)[:, :, used], atol=1e-5)
+            assert not got[:, :, [b for b in range(1, NB) if b not in used]].any()
+        own = tables[2, :3]
+        seen.append(
+            (np.asarray(x)[2], np.asarray(cache.k)[:, :, own], np.asarray(cache.v)[:, :, own])
+        )
+    for x, k, v in seen[1:]:
+        np.testing.assert_array_equal(x, seen[0][0])
+        np.testing.assert_array_equal(k, seen[0][1])
+        np.testing.assert_array_equal(v, seen[0][2])
+
+
 def test_idle_rows_and_padding_write_only_the_sink(model) -> None:
     """A row with length 0 (prefill) or an all-sink table (decode) leaves every real block
     untouched, and a live row's numbers do not depend on what the idle row holds."""

@@ -142,7 +142,7 @@ def _pow2(n: int) -> int:
 
 
 @on_mesh
-@partial(jax.jit, static_argnums=(1,), static_argnames=("tail_rows",), donate_argnums=(2,))
+@partial(jax.jit, static_argnums=(1,), static_argnames=("tail_rows", "packed"), donate_argnums=(2,))
 def _prefill_call(
     params: Params,
     cfg: ModelConfig,
@@ -153,16 +153,26 @@ def _prefill_call(
     copies: tuple[jax.Array, jax.Array] | None = None,
     *,
     tail_rows: int,
+    packed: int,
 ) -> tuple[jax.Array, PagedKVCache]:
     """Prompts (tokens, lengths, tables [P, ...]) written to their blocks; returns the last
     layer's output at each prompt's last token [P, D] (before the final norm), its tail
-    computed on `tail_rows` rows whatever P (see `paged_prefill`).
+    computed on `tail_rows` rows whatever P, the per-token work on the prompts packed into
+    `packed` tokens (see `paged_prefill`).
 
     For prompts shared by several samples, each distinct prompt is computed into its first
     sample's blocks and `copies` = (from, to) block ids then copies the blocks it fills to its
     other samples' (padding copies the sink onto itself)."""
     x, cache = paged_prefill(
-        params, cfg, tokens, lengths, tables, cache, final_norm=False, tail_rows=tail_rows
+        params,
+        cfg,
+        tokens,
+        lengths,
+        tables,
+        cache,
+        final_norm=False,
+        tail_rows=tail_rows,
+        packed=packed,
     )
     if copies is None:
         return x, cache
@@ -447,6 +457,13 @@ class Engine:
         step = max(16, _pow2(n) // 8)
         return min(-(-n // step) * step, self.config.max_context)
 
+    @staticmethod
+    def _bucket_tokens(n: int) -> int:
+        """A prefill's prompt tokens packed back to back (see `paged_prefill`), n rounded up to
+        a sixteenth of its power of two (>= 64): <= 6.25% padding, a bounded set of shapes."""
+        step = max(64, _pow2(n) // 16)
+        return -(-n // step) * step
+
     def _prefill(
         self,
         seqs: list[_Seq],
@@ -455,8 +472,10 @@ class Engine:
         stop_seqs: list[list[int]],
     ) -> None:
         """Prefill `seqs`, longest first (ties in admission order), in groups whose rows x padded
-        length fit the budget: similar lengths share a call, so little of it is padding. Each row
-        is computed on its own, so the grouping changes no number.
+        length fit the budget: similar lengths share a call, so little of its attention is
+        padding, and its per-token work runs on the prompts packed back to back (`packed`: the
+        bench's 4560 prompt tokens are 5888 padded positions). Each row is computed on its own,
+        wherever it sits, so the grouping changes no number.
 
         Samples with the same context (the G samples of a prompt, admitted together) are one
         row: the prompt is computed once and its blocks copied to the others, which then draw
@@ -488,9 +507,17 @@ class Engine:
                 lengths[r] = len(ctx)
                 tables[r, : len(first.blocks)] = first.blocks
             samples = [seq for members in group for seq in members]
+            packed = min(self._bucket_tokens(int(lengths.sum())), rows * length)
             if len(samples) == len(group):
                 x, self.cache = _prefill_call(
-                    self.params, self.cfg, self.cache, tokens, lengths, tables, tail_rows=tail
+                    self.params,
+                    self.cfg,
+                    self.cache,
+                    tokens,
+                    lengths,
+                    tables,
+                    tail_rows=tail,
+                    packed=packed,
                 )
                 of_row = np.arange(len(samples))
             else:
@@ -520,6 +547,7 @@ class Engine:
                     tables,
                     (copy_from, copy_to),
                     tail_rows=tail,
+                    packed=packed,
                 )
             self._first_tokens(samples, np.asarray(x)[of_row], knobs, stops, stop_seqs)
 

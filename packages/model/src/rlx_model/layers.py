@@ -20,9 +20,16 @@ _NEG = -1e30  # additive mask value; finite so fully-masked rows stay NaN-free
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
-    """y = w * x / sqrt(mean(x^2) + eps), computed in float32, returned in x's dtype."""
+    """y = w * x / sqrt(mean(x^2) + eps), computed in float32, returned in x's dtype.
+
+    The sums of squares are a matrix-vector product with ones: XLA's CPU code for it gives a row
+    the same bits whatever the number of rows and the row's place among them, where a reduction
+    over the last axis did not (measured at d 64 and 128 from 32 rows up), so a prompt's numbers
+    do not depend on what it is batched or packed with."""
     xf = x.astype(jnp.float32)
-    normed = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    d = x.shape[-1]
+    squares = (xf * xf) @ jnp.ones((d,), jnp.float32)
+    normed = xf * jax.lax.rsqrt(squares[..., None] / d + eps)
     return (weight.astype(jnp.float32) * normed).astype(x.dtype)
 
 

@@ -114,6 +114,29 @@ def _write(
     return PagedKVCache(ck, cv)
 
 
+class _Packing(NamedTuple):
+    """Where the real positions of right-padded prompts [P, T] sit in a packed run of n tokens
+    (the prompts back to back): `rows` [P, T] the packed index of each padded position (padding:
+    any index; its results are masked or dropped), `src` [n] the padded index (row * T + time)
+    of each packed token, `real` [n] whether it is one (the rest of the run is padding)."""
+
+    rows: jax.Array
+    src: jax.Array
+    real: jax.Array
+
+
+def _packing(lengths: jax.Array, t: int, n: int) -> _Packing:
+    p = lengths.shape[0]
+    starts = jnp.cumsum(lengths) - lengths  # [P]
+    index = jnp.arange(n, dtype=jnp.int32)
+    row = jnp.clip(jnp.searchsorted(starts, index, side="right") - 1, 0, p - 1)
+    time = index - starts[row]
+    real = time < lengths[row]
+    src = jnp.where(real, row * t + time, 0)
+    rows = jnp.clip(starts[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :], 0, n - 1)
+    return _Packing(rows, src, real)
+
+
 def paged_prefill(
     params: Params,
     cfg: ModelConfig,
@@ -124,6 +147,7 @@ def paged_prefill(
     *,
     final_norm: bool = True,
     tail_rows: int = 0,
+    packed: int = 0,
 ) -> tuple[jax.Array, PagedKVCache]:
     """Prompts from position 0: tokens [P, T] (right-padded), lengths [P], tables [P, W].
 
@@ -139,6 +163,12 @@ def paged_prefill(
     FLOPs at the bench's 4 layers). That tail runs on max(P, `tail_rows`) rows (zero rows
     added), so a caller that passes a fixed `tail_rows` gets a row's bits independent of how
     many rows it was prefilled with.
+
+    `packed` = n >= sum(lengths) (static) runs the per-token work (projections, MLP: all but
+    attention) on the prompts packed back to back into n tokens instead of the P x T padded
+    grid, and only attention on the grid: the matmuls skip the padding (23% of the bench's
+    prompt positions). A token's numbers are the same wherever it sits in the run (each is its
+    own row of the matmuls; attention sees the grid as without packing).
     """
     p, t = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (p, t))
@@ -146,17 +176,37 @@ def paged_prefill(
     block, offset = _slot_of(tables, positions, valid, cache.block_size)
     cdt = _DTYPES[cfg.compute_dtype]
     inv_freq = rope_frequencies(cfg)
-    x = params["embed"].astype(cdt)[tokens]
+    if packed:
+        pack = _packing(lengths, t, packed)
+
+        def to_run(a: jax.Array) -> jax.Array:  # [P, T, ...] -> [1, n, ...]
+            return a.reshape(p * t, *a.shape[2:])[pack.src][None]
+
+        def to_grid(a: jax.Array) -> jax.Array:  # [1, n, ...] -> [P, T, ...]
+            return a[0][pack.rows]
+
+        run_pos = to_run(positions)
+        block = jnp.where(pack.real, block.reshape(-1)[pack.src], SINK_BLOCK)[None]
+        offset = jnp.where(pack.real, offset.reshape(-1)[pack.src], 0)[None]
+        x = params["embed"].astype(cdt)[to_run(tokens)]
+    else:
+        run_pos = positions
+        x = params["embed"].astype(cdt)[tokens]
+
+        def to_run(a: jax.Array) -> jax.Array:
+            return a
+
+        to_grid = to_run
 
     *layers, final = _layers(params)
     ks, vs = [], []
     for layer in layers:  # unrolled: per-layer weights are used in place (no slices)
-        _, q, k, v = qkv_projection(cfg, inv_freq, x, layer, positions)
-        attn = attention(q, k, v, positions, positions, valid)
-        x = block_tail(cfg, x, layer, attn)
+        _, q, k, v = qkv_projection(cfg, inv_freq, x, layer, run_pos)
+        attn = attention(to_grid(q), to_grid(k), to_grid(v), positions, positions, valid)
+        x = block_tail(cfg, x, layer, to_run(attn))
         ks.append(k)
         vs.append(v)
-    _, q, k, v = qkv_projection(cfg, inv_freq, x, final, positions)
+    _, q, k, v = qkv_projection(cfg, inv_freq, x, final, run_pos)
     ks.append(k)
     vs.append(v)
     last = jnp.clip(lengths - 1, 0, t - 1)[:, None]  # [P, 1]
@@ -164,8 +214,8 @@ def paged_prefill(
     def at_last(a: jax.Array) -> jax.Array:
         return jnp.take_along_axis(a, last.reshape(p, 1, *([1] * (a.ndim - 2))), axis=1)
 
-    attn = attention(at_last(q), k, v, last, positions, valid)  # [P, 1, H, d]
-    x = at_last(x)  # [P, 1, D]
+    attn = attention(at_last(to_grid(q)), to_grid(k), to_grid(v), last, positions, valid)
+    x = at_last(to_grid(x))  # [P, 1, D]
     rows = max(p, tail_rows)
     if rows > p:
         x = jnp.pad(x, ((0, rows - p), (0, 0), (0, 0)))
