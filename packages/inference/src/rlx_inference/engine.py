@@ -507,23 +507,11 @@ class Engine:
                 lengths[r] = len(ctx)
                 tables[r, : len(first.blocks)] = first.blocks
             samples = [seq for members in group for seq in members]
-            packed = min(self._bucket_tokens(int(lengths.sum())), rows * length)
-            if len(samples) == len(group):
-                x, self.cache = _prefill_call(
-                    self.params,
-                    self.cfg,
-                    self.cache,
-                    tokens,
-                    lengths,
-                    tables,
-                    tail_rows=tail,
-                    packed=packed,
-                )
-                of_row = np.arange(len(samples))
-            else:
+            copies: tuple[np.ndarray, np.ndarray] | None = None
+            of_row = np.arange(len(samples))
+            if len(samples) > len(group):
                 n = self._rows(len(samples))
                 per_row = -(-length // self.config.block_size)  # blocks a prompt can fill
-                of_row = np.zeros(len(samples), np.int64)
                 copy_from = np.zeros(n * per_row, np.int32)  # 0 -> 0: the sink onto itself
                 copy_to = np.zeros(n * per_row, np.int32)
                 m = 0
@@ -537,18 +525,19 @@ class Engine:
                             copy_from[m : m + filled] = members[0].blocks[:filled]
                             copy_to[m : m + filled] = seq.blocks[:filled]
                             m += filled
+                copies = (copy_from, copy_to)
                 self.shared_prefills += len(samples) - len(group)
-                x, self.cache = _prefill_call(
-                    self.params,
-                    self.cfg,
-                    self.cache,
-                    tokens,
-                    lengths,
-                    tables,
-                    (copy_from, copy_to),
-                    tail_rows=tail,
-                    packed=packed,
-                )
+            x, self.cache = _prefill_call(
+                self.params,
+                self.cfg,
+                self.cache,
+                tokens,
+                lengths,
+                tables,
+                copies,
+                tail_rows=tail,
+                packed=min(self._bucket_tokens(int(lengths.sum())), rows * length),
+            )
             self._first_tokens(samples, np.asarray(x)[of_row], knobs, stops, stop_seqs)
 
     def _first_tokens(
