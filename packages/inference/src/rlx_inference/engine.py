@@ -40,7 +40,7 @@ from rlx_inference.mesh import init_cache, on_mesh, place_params
 from rlx_inference.sampling import knobs_of, sample_columns, seed_keys
 from rlx_model import ModelConfig, Params, enable_compile_cache, param_shapes
 from rlx_model.decoder import _DTYPES
-from rlx_model.layers import rms_norm
+from rlx_model.layers import MATRICES, rms_norm
 from rlx_model.paged import (
     PagedKVCache,
     paged_decode_steps,
@@ -57,31 +57,27 @@ Swap = tuple[Params, int]
 _NP = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(jnp.bfloat16)}
 
 
-# the layer matrices the engine holds output-major ([out, in], as `name_t`)
-_OUT_MAJOR = ("q", "k", "v", "o", "gate", "up", "down")
-
-
 def engine_form(cfg: ModelConfig, params: Params) -> Params:
     """The params the engine computes with, one copy of each weight:
 
     - the layers split into one dict per layer (`split_layers`);
     - every layer matrix output-major, [out, in] as `q_t`, ..., `down_t`: decode runs with the
       activations feature-major ([D, B], see `paged_decode_steps`), where W^T @ h^T streams
-      the weights faster than h @ W (4 layers at the bench config: 15.2 -> 13.0 ms a decode
-      step, measured), and prefill reads them as they are (x @ W^T runs as fast as x @ W at
-      prefill's row counts);
+      the weights faster than h @ W (the bench config's 4 layers' matmuls and head alone:
+      15.2 -> 13.0 ms a step, measured), and prefill reads them as they are (x @ W^T runs
+      as fast as x @ W at prefill's row counts);
     - the output head as W [V, D] (`head_vd`), the layout of the vocabulary-major logits (see
       `_vocab_logits`); a tied head is the embedding itself.
 
     Idempotent; numpy leaves stay numpy (transposed on the host)."""
 
-    def out_major(a: Any) -> Any:
+    def transposed(a: Any) -> Any:
         return np.ascontiguousarray(a.T) if isinstance(a, np.ndarray) else a.T
 
     params = split_layers(params)
     layers = tuple(
         {
-            (f"{k}_t" if k in _OUT_MAJOR else k): (out_major(v) if k in _OUT_MAJOR else v)
+            (f"{k}_t" if k in MATRICES else k): (transposed(v) if k in MATRICES else v)
             for k, v in layer.items()
         }
         for layer in params["layers"]
@@ -90,7 +86,7 @@ def engine_form(cfg: ModelConfig, params: Params) -> Params:
     if cfg.tie_word_embeddings or "lm_head" not in params:
         return params
     form = {k: v for k, v in params.items() if k != "lm_head"}
-    form["head_vd"] = out_major(params["lm_head"])
+    form["head_vd"] = transposed(params["lm_head"])
     return form
 
 
@@ -139,6 +135,13 @@ def params_from_flat(
 
 def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
+
+
+def _round_up(n: int, parts: int, least: int) -> int:
+    """n rounded up to a multiple of 1/`parts` of its power of two (at least `least`): a bounded
+    set of shapes, parts per octave, at most 1/parts of padding."""
+    step = max(least, _pow2(n) // parts)
+    return -(-n // step) * step
 
 
 @on_mesh
@@ -454,15 +457,7 @@ class Engine:
         """n rounded up to an eighth of its power of two (>= 16): <= 12.5% padding, 8 shapes per
         octave (quarters padded the bench's prompts to 6400 positions for 4560, eighths to
         5888)."""
-        step = max(16, _pow2(n) // 8)
-        return min(-(-n // step) * step, self.config.max_context)
-
-    @staticmethod
-    def _bucket_tokens(n: int) -> int:
-        """A prefill's prompt tokens packed back to back (see `paged_prefill`), n rounded up to
-        a sixteenth of its power of two (>= 64): <= 6.25% padding, a bounded set of shapes."""
-        step = max(64, _pow2(n) // 16)
-        return -(-n // step) * step
+        return min(_round_up(n, 8, 16), self.config.max_context)
 
     def _prefill(
         self,
@@ -536,7 +531,8 @@ class Engine:
                 tables,
                 copies,
                 tail_rows=tail,
-                packed=min(self._bucket_tokens(int(lengths.sum())), rows * length),
+                # the prompts packed back to back (see `paged_prefill`): <= 6.25% padding
+                packed=min(_round_up(int(lengths.sum()), 16, 64), rows * length),
             )
             self._first_tokens(samples, np.asarray(x)[of_row], knobs, stops, stop_seqs)
 

@@ -14,7 +14,15 @@ import numpy as np
 
 from rlx_model.config import ModelConfig, RopeScaling
 
-__all__ = ["apply_rope", "attention", "dense", "rms_norm", "rope_frequencies"]
+__all__ = [
+    "MATRICES",
+    "apply_rope",
+    "attention",
+    "dense",
+    "out_major",
+    "rms_norm",
+    "rope_frequencies",
+]
 
 _NEG = -1e30  # additive mask value; finite so fully-masked rows stay NaN-free
 
@@ -92,6 +100,18 @@ def attention(
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkgts,bskd->btkgd", probs, v, preferred_element_type=jnp.float32)
     return out.reshape(b, t, h, d).astype(q.dtype)
+
+
+# a layer's matrices: each a kernel `name` [in, out] or, in the inference engine's form,
+# output-major `name_t` [out, in]
+MATRICES = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def out_major(layer: dict[str, jax.Array], name: str, dtype: jnp.dtype) -> jax.Array:
+    """The layer's matrix `name` as [out, in]: `name_t` as held, else the kernel transposed (by
+    XLA, inside the caller's program)."""
+    transposed = layer.get(name + "_t")
+    return (layer[name].T if transposed is None else transposed).astype(dtype)
 
 
 def dense(x: jax.Array, layer: dict[str, jax.Array], name: str, dtype: jnp.dtype) -> jax.Array:

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from rlx_model.config import ModelConfig
 from rlx_model.decoder import _DTYPES, Params, block_tail, qkv_projection
-from rlx_model.layers import _NEG, attention, rms_norm, rope_frequencies
+from rlx_model.layers import _NEG, MATRICES, attention, out_major, rms_norm, rope_frequencies
 
 __all__ = [
     "PagedKVCache",
@@ -210,12 +210,19 @@ def paged_prefill(
     ks.append(k)
     vs.append(v)
     last = jnp.clip(lengths - 1, 0, t - 1)[:, None]  # [P, 1]
+    if packed:  # [1, n, ...] -> each row's last prompt token, [P, 1, ...]
+        at_run = jnp.take_along_axis(pack.rows, last, axis=1)
 
-    def at_last(a: jax.Array) -> jax.Array:
-        return jnp.take_along_axis(a, last.reshape(p, 1, *([1] * (a.ndim - 2))), axis=1)
+        def at_last(a: jax.Array) -> jax.Array:
+            return a[0][at_run]
 
-    attn = attention(at_last(to_grid(q)), to_grid(k), to_grid(v), last, positions, valid)
-    x = at_last(to_grid(x))  # [P, 1, D]
+    else:
+
+        def at_last(a: jax.Array) -> jax.Array:
+            return jnp.take_along_axis(a, last.reshape(p, 1, *([1] * (a.ndim - 2))), axis=1)
+
+    attn = attention(at_last(q), to_grid(k), to_grid(v), last, positions, valid)
+    x = at_last(x)  # [P, 1, D]
     rows = max(p, tail_rows)
     if rows > p:
         x = jnp.pad(x, ((0, rows - p), (0, 0), (0, 0)))
@@ -354,13 +361,6 @@ def _steps_attention(
     return out.astype(qg.dtype)
 
 
-def _out_major(layer: Params, name: str, dtype: jnp.dtype) -> jax.Array:
-    """The layer's weight `name` as [out, in]: the engine form's `name_t`, else the kernel
-    transposed (by XLA, once per call)."""
-    transposed = layer.get(name + "_t")
-    return (layer[name].T if transposed is None else transposed).astype(dtype)
-
-
 def _column_norm(x: jax.Array, weight: jax.Array, eps: float, axis: int) -> jax.Array:
     """`rms_norm` over `axis` of activations held feature-major (features on `axis`, rows
     minor); the weight runs along `axis`."""
@@ -467,10 +467,7 @@ def paged_decode_steps(
 
     h, g = cfg.num_heads, cfg.num_heads // nk
     eps = cfg.rms_norm_eps
-    weights = [
-        {name: _out_major(layer, name, cdt) for name in ("q", "k", "v", "o", "gate", "up", "down")}
-        for layer in layers
-    ]
+    weights = [{name: out_major(layer, name, cdt) for name in MATRICES} for layer in layers]
 
     def step(
         carry: tuple[jax.Array, jax.Array, jax.Array], j: jax.Array
