@@ -46,8 +46,9 @@ def make_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Runni
 
     yield make
     for running, thread in started:
-        with LifecycleClient(running.address, token=TOKEN) as client:
-            client.shutdown("test over", grace_s=0.1)
+        if thread.is_alive():  # a test may have shut it down itself
+            with LifecycleClient(running.address, token=TOKEN) as client:
+                client.shutdown("test over", grace_s=0.1)
         thread.join(30)
         running.service.close()
 

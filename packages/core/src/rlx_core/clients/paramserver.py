@@ -592,6 +592,14 @@ class ParamServerClient(ServiceClient):
         if header is None:
             raise Corrupt(f"{self.address}: pull stream had no header")
         directory = header.store_dir
+        if os.path.dirname(directory) != self._store_root:
+            # a replica restarted on the same address has a new store: negotiate again
+            with self._shm_lock:
+                ok, _ = self._negotiate()
+                self._shm = ok
+            if not ok:  # the new server cannot share its store with us: bytes over gRPC
+                got = self._pull_grpc(version, names, slices, timeout)
+                return got if into is None else (got[0], _into(into, got[1]))
         if os.path.dirname(directory) != self._store_root or not _VERSION_DIR.fullmatch(
             os.path.basename(directory)
         ):
