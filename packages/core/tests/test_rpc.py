@@ -31,6 +31,7 @@ from rlx_core.rpc import (
     tensor_to_chunks,
     tensors_to_chunks,
 )
+from rlx_core.rpc.auth import create_token_file
 from rlx_core.serving import LifecycleServicer
 
 TOKEN = "test-token-0123456789abcdef"
@@ -357,3 +358,53 @@ def test_short_or_missing_token_file_is_a_config_error(tmp_path: Path) -> None:
         resolve_token(token_file=short)
     with pytest.raises(errors.ConfigError, match="does not exist"):
         resolve_token(token_file=tmp_path / "nope")
+
+
+@pytest.mark.parametrize("value", ["x", "12345678", "fifteen-chars-1"])
+def test_short_rlx_token_is_a_config_error_naming_it(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLX_TOKEN", value)
+    with pytest.raises(errors.ConfigError, match=rf"RLX_TOKEN.* {len(value)} characters.*16"):
+        resolve_token()
+    monkeypatch.setenv("RLX_TOKEN", "sixteen-chars-01")
+    assert resolve_token() == "sixteen-chars-01"
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660], ids=lambda m: f"{m:04o}")
+def test_token_file_readable_by_others_warns_once_naming_path_and_mode(
+    mode: int, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "token"
+    path.write_text("a-token-of-enough-length\n")
+    path.chmod(mode)
+    with caplog.at_level("WARNING", logger="rlx_core.rpc.auth"):
+        assert resolve_token(token_file=path) == "a-token-of-enough-length"
+        resolve_token(token_file=path)  # once per file and mode, not on every read
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert str(path) in warnings[0] and f"{mode:04o}" in warnings[0]
+    assert f"chmod 600 {path}" in warnings[0]
+
+
+def test_private_and_generated_token_files_do_not_warn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("RLX_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RLX_TOKEN", raising=False)
+    monkeypatch.delenv("RLX_TOKEN_FILE", raising=False)
+    old = os.umask(0o022)  # the usual umask: rlx's own files must be 0600 regardless
+    try:
+        with caplog.at_level("WARNING", logger="rlx_core.rpc.auth"):
+            resolve_token(create=True)
+            create_token_file(tmp_path / "work" / "token")
+            private = tmp_path / "private"
+            private.write_text("a-token-of-enough-length\n")
+            private.chmod(0o600)
+            resolve_token(token_file=private)
+            resolve_token(token_file=tmp_path / "work" / "token")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "work" / "token").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "home" / "token").stat().st_mode) == 0o600
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []

@@ -8,13 +8,19 @@ Where the token comes from, first match wins:
    of these creates that file with a fresh random token (mode 0600), so `rlx-paramserver --port 0`
    works on one machine with no set-up, and every client run by the same user finds the same token.
    For several hosts, copy the file or set `RLX_TOKEN` from your secret manager.
+
+A token has at least 16 characters, wherever it comes from (ConfigError naming the variable or
+file otherwise). A token file that its group or others may read is used, with a warning (once per
+file and mode) naming it and its mode, as ssh warns of an unprotected key: `chmod 600` it.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,8 +38,11 @@ __all__ = [
     "resolve_token",
 ]
 
+log = logging.getLogger(__name__)
+
 _HEADER = "authorization"
 _MIN_TOKEN_CHARS = 16
+_warned: set[tuple[str, int]] = set()  # (token file, mode) already warned about
 
 
 def default_token_path() -> Path:
@@ -42,19 +51,41 @@ def default_token_path() -> Path:
     return Path(home) / "token"
 
 
-def _read_token_file(path: Path) -> str:
-    try:
-        token = path.read_text().strip()
-    except FileNotFoundError:
-        raise ConfigError(f"token file {path} does not exist", field="token_file") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read token file {path}: {e}", field="token_file") from None
+def _check_length(token: str, what: str, field: str) -> str:
     if len(token) < _MIN_TOKEN_CHARS:
         raise ConfigError(
-            f"token in {path} is {len(token)} characters; at least {_MIN_TOKEN_CHARS} are required",
-            field="token_file",
+            f"{what} is {len(token)} characters; at least {_MIN_TOKEN_CHARS} are required",
+            field=field,
         )
     return token
+
+
+def _warn_if_unprotected(path: Path, mode: int) -> None:
+    """One warning per (file, mode) when group or others have any access to a token file."""
+    mode = stat.S_IMODE(mode)
+    if not mode & 0o077 or (str(path), mode) in _warned:
+        return
+    _warned.add((str(path), mode))
+    log.warning(
+        "UNPROTECTED TOKEN FILE: %s has mode %04o (group or others may read it); "
+        "run `chmod 600 %s`",
+        path,
+        mode,
+        path,
+    )
+
+
+def _read_token_file(path: Path) -> str:
+    try:
+        with path.open() as f:
+            mode = os.fstat(f.fileno()).st_mode
+            token = f.read().strip()
+    except FileNotFoundError:
+        raise ConfigError(f"token file {path} does not exist", field="token_file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read token file {path}: {e}", field="token_file") from None
+    _warn_if_unprotected(path, mode)
+    return _check_length(token, f"token in {path}", "token_file")
 
 
 def resolve_token(
@@ -67,7 +98,7 @@ def resolve_token(
     if token:
         return token
     if not token_file and os.environ.get("RLX_TOKEN"):
-        return os.environ["RLX_TOKEN"].strip()
+        return _check_length(os.environ["RLX_TOKEN"].strip(), "RLX_TOKEN", "RLX_TOKEN")
     path = Path(token_file or os.environ.get("RLX_TOKEN_FILE") or default_token_path())
     if not token_file and not os.environ.get("RLX_TOKEN_FILE") and not path.exists():
         if not create:
