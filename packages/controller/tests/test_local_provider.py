@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rlx_controller.providers import LocalProvider, ServiceSpec, read_services
+from rlx_controller.providers import KINDS, LocalProvider, ServiceSpec, read_services
+from rlx_controller.providers.local import runs_service
 from rlx_core.clients import LifecycleClient, ParamServerClient
 from rlx_core.errors import InvalidArgument, Unavailable
 from rlx_core.rpc.auth import create_token_file
@@ -56,6 +59,7 @@ def test_start_restart_and_stop_real_services(provider: LocalProvider, tmp_path:
     recorded = read_services(provider.run_dir)
     assert {n: h.address for n, h in recorded.items()} == {n: h.address for n, h in handles.items()}
     assert Path(ps.log).exists()
+    assert all(runs_service(h) for h in recorded.values())  # the pid is still that service
 
     # SIGKILL the paramserver: the provider sees it dead and restarts it on the same port
     os.kill(ps.pid, signal.SIGKILL)
@@ -74,8 +78,21 @@ def test_start_restart_and_stop_real_services(provider: LocalProvider, tmp_path:
     provider.stop_all(grace_s=5)
     assert not any(_pid_alive(pid) for pid in pids)
     assert "paramserver" in Path(ps.log).read_text()  # stderr logs went to the file
+    for handle in handles.values():  # no module loaded twice by `python -m` (runpy's warning)
+        assert "RuntimeWarning" not in Path(handle.log).read_text()
     with pytest.raises(Unavailable):
         LifecycleClient(ps.address, token=token, timeout=2).status(timeout=2)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_service_module_starts_without_a_runtime_warning(kind: str) -> None:
+    """`python -m rlx_KIND` as the provider runs it: the package's `__init__` imports its server
+    module, which `-m rlx_KIND.server` would then run a second time as __main__."""
+    command = [sys.executable, "-m", KINDS[kind], "--help"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: rlx-{kind}")
+    assert "RuntimeWarning" not in proc.stderr
 
 
 def test_a_service_that_cannot_start_is_named_with_its_log(provider: LocalProvider) -> None:

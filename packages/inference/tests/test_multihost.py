@@ -72,7 +72,7 @@ class Served:
         sets = [a for k, v in engine.items() for a in ("--set", f"{k}={v}")]
         return [
             "-m",
-            "rlx_inference.server",
+            "rlx_inference",
             "--port",
             "0",
             "--paramserver",

@@ -184,7 +184,7 @@ uri = "{tmp_path / "ckpt"}"
 """
     )
     coordinator = f"127.0.0.1:{_free_port()}"
-    server = ["-m", "rlx_trainer.server", "--config", str(tmp_path / "trainer.toml")]
+    server = ["-m", "rlx_trainer", "--config", str(tmp_path / "trainer.toml")]
     env = _env(4, RLX_TOKEN=TOKEN)
     # process 0 gets flags; process 1 the environment variables a provider sets
     leader = [*server, "--port", "0", "--coordinator", coordinator, "--num-processes", "2"]

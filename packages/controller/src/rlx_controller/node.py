@@ -5,7 +5,7 @@
 
 For each service of the node it waits for `nodes/NAME.json` in the run directory, which the
 controller writes once every address of the run is known (`{"config": TOML text, "args": [...]}`),
-then starts `python -m rlx_KIND.server --host BIND --port PORT --config ...` with the run token
+then starts `python -m rlx_KIND --host BIND --port PORT --config ...` with the run token
 (RLX_TOKEN_FILE), its output in HOME/logs/NAME.log. It restarts a service that exits, and one
 whose config the controller rewrites (a resumed run whose re-provisioned nodes have new
 addresses). On SIGTERM (the VM is preempted or under maintenance) it writes

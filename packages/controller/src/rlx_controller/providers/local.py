@@ -1,6 +1,6 @@
 """The local provider: every service a child process on 127.0.0.1 (`rlx up --provider local`).
 
-Each service runs as `python -m rlx_NAME.server --port P` with the run's token file; its first
+Each service runs as `python -m rlx_NAME --port P` with the run's token file; its first
 stdout line is its address (the `rlx_core.serving` contract), everything else goes to
 `<run>/logs/<name>.log`. Children get their own session, so a Ctrl-C in the terminal reaches only
 the controller, which snapshots first and then stops them. A restarted service gets its old port
@@ -42,12 +42,12 @@ __all__ = [
     "write_services",
 ]
 
-# Service kinds and the module whose `main` starts each one.
+# Service kinds and the package each one runs as (`python -m PACKAGE`, its `__main__`).
 KINDS: dict[str, str] = {
-    "paramserver": "rlx_paramserver.server",
-    "inference": "rlx_inference.server",
-    "trainer": "rlx_trainer.server",
-    "verifier": "rlx_verifier.server",
+    "paramserver": "rlx_paramserver",
+    "inference": "rlx_inference",
+    "trainer": "rlx_trainer",
+    "verifier": "rlx_verifier",
 }
 
 STATE_FILE = "services.json"
@@ -329,7 +329,7 @@ def service_command(
     *,
     host: str | None = None,
 ) -> list[str]:
-    """The command line of one service process (`python -m rlx_KIND.server ...`)."""
+    """The command line of one service process (`python -m rlx_KIND ...`)."""
     where = ["--host", host] if host is not None else []
     return [
         python,
@@ -374,11 +374,11 @@ def process_cmdline(pid: int) -> bytes:
 
 
 def runs_service(handle: ServiceHandle) -> bool:
-    """Whether the recorded pid of `handle` is alive and still that service (its command line
-    names `rlx_<kind>.server`: a recorded pid may since belong to another program)."""
-    return process_alive(handle.pid) and f"rlx_{handle.kind}.server".encode() in process_cmdline(
-        handle.pid
-    )
+    """Whether the recorded pid of `handle` is alive and still that service (an argument of its
+    command line is `rlx_<kind>`, as `service_command` writes it: a recorded pid may since belong
+    to another program)."""
+    module = KINDS.get(handle.kind, "").encode()
+    return process_alive(handle.pid) and module in process_cmdline(handle.pid).split(b" ")
 
 
 def read_services(run_dir: str | os.PathLike[str]) -> dict[str, ServiceHandle]:
