@@ -3,9 +3,11 @@ read as missing and are rewritten."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from rlx_controller.rollout_log import RolloutLog, decode_record, encode_record
+from rlx_controller.rollout_log import LogScan, RolloutLog, decode_record, encode_record
 from rlx_core.errors import AlreadyExists, InvalidArgument
 from rlx_core.storage import open_storage
 
@@ -110,3 +112,40 @@ def test_position_follows_appends_after_one_listing(tmp_path) -> None:  # type: 
     assert log.position() == {"records": 3, "last_unit": "b00000001.r0.u0000"}
     assert listings == []  # a snapshot's position lists nothing once the log is known
     assert RolloutLog(storage).position() == log.position()  # what a fresh listing finds
+
+
+def _retries(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "rlx_core.storage"]
+
+
+def test_an_append_rides_through_a_5_s_outage(
+    new_root: Any, outage_proxy: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = new_root("s3", "runs/r1")
+    proxy = outage_proxy("s3")
+    log = RolloutLog(open_storage(root, timeout_s=5))
+    log.append("b00000004.r0.u0000", {"x": 4})
+    with caplog.at_level("WARNING", logger="rlx_core.storage"):
+        back = proxy.down_for(5.0)
+        assert log.append("b00000005.r0.u0000", PAYLOAD) == PAYLOAD
+        back.join()
+    assert any("rollouts/b00000005.r0.u0000.rec" in line for line in _retries(caplog))
+    again = RolloutLog(open_storage(root))
+    assert again.scan() == LogScan(("b00000004.r0.u0000", "b00000005.r0.u0000"), ())
+    assert again.get("b00000005.r0.u0000") == PAYLOAD
+
+
+def test_an_append_whose_answer_was_lost_is_logged_once_and_intact(
+    new_root: Any, outage_proxy: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = new_root("s3", "runs/r1")
+    proxy = outage_proxy("s3")
+    log = RolloutLog(open_storage(root, timeout_s=5))
+    proxy.drop_responses(b"PUT ", b"/b00000006.r0.u0000.rec")
+    with caplog.at_level("WARNING", logger="rlx_core.storage"):
+        assert log.append("b00000006.r0.u0000", PAYLOAD) == PAYLOAD
+    assert len(_retries(caplog)) == 1  # the write landed, was reported lost, and was repeated
+    storage = open_storage(root)
+    assert storage.list("rollouts/") == ["rollouts/b00000006.r0.u0000.rec"]
+    assert storage.get("rollouts/b00000006.r0.u0000.rec") == encode_record(PAYLOAD)
+    assert log.position() == {"records": 1, "last_unit": "b00000006.r0.u0000"}

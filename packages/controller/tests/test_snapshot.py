@@ -4,6 +4,7 @@ kept, and loading skips (and names) a corrupt or truncated newest snapshot."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -142,3 +143,46 @@ def test_nothing_verifies(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert store.latest(on_skip=lambda m: None) is None
     with pytest.raises(Corrupt, match="no snapshot verifies"):
         store.load()
+
+
+def _retries(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "rlx_core.storage"]
+
+
+def test_a_snapshot_write_rides_through_a_5_s_outage(
+    new_root: Any, outage_proxy: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = new_root("s3", "runs/r1")
+    proxy = outage_proxy("s3")
+    store = SnapshotStore(open_storage(root, timeout_s=5), keep=2)
+    store.write(make(1))
+    store.write(make(2))
+    with caplog.at_level("WARNING", logger="rlx_core.storage"):
+        back = proxy.down_for(5.0)
+        assert store.write(make(3)) == "snapshots/s0000000003"  # and prunes s1
+        back.join()
+    assert _retries(caplog) and all(root in line for line in _retries(caplog))
+    fresh = SnapshotStore(open_storage(root), keep=2)
+    assert [(e.key, e.ok) for e in fresh.entries()] == [
+        ("snapshots/s0000000002", True),
+        ("snapshots/s0000000003", True),
+    ]
+    assert fresh.latest() == make(3)
+
+
+@pytest.mark.parametrize("lost", ["/snapshot.json", "/_COMMITTED"])
+def test_a_snapshot_write_whose_answer_was_lost_is_written_once(
+    lost: str, new_root: Any, outage_proxy: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The write landed but was reported failed: the retry repeats it (same key, same bytes);
+    no second snapshot at the step (`-1`), and it verifies."""
+    root = new_root("s3", "runs/r1")
+    proxy = outage_proxy("s3")
+    store = SnapshotStore(open_storage(root, timeout_s=5), keep=3)
+    proxy.drop_responses(b"PUT ", lost.encode())
+    with caplog.at_level("WARNING", logger="rlx_core.storage"):
+        assert store.write(make(7)) == "snapshots/s0000000007"
+    assert len(_retries(caplog)) == 1
+    entries = SnapshotStore(open_storage(root)).entries()
+    assert [(e.key, e.ok) for e in entries] == [("snapshots/s0000000007", True)]
+    assert entries[0].snapshot == make(7)

@@ -9,11 +9,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlx_core.errors import (
     AlreadyExists,
+    ConfigError,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -376,7 +378,7 @@ def test_missing_bucket_is_not_found_naming_it(storage_root: str, tmp_path: Path
 
 
 def _assert_unavailable(uri: str, tmp_path: Path) -> None:
-    st = open_storage(uri, timeout_s=0.5)
+    st = open_storage(uri, timeout_s=0.5, retry_s=0)
     (tmp_path / "f").write_bytes(b"x")
     calls = [
         lambda: st.get("k"),
@@ -508,3 +510,121 @@ def test_importing_storage_loads_no_cloud_sdk() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- retries: riding through an outage --------------------------------------------------------
+
+
+def _retry_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("rlx_core.storage")]
+
+
+@pytest.mark.parametrize("backend", ["s3", "gcs"])
+def test_a_write_rides_through_a_5_s_outage(
+    backend: str, new_root: Any, outage_proxy: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = new_root(backend, "runs/r1")
+    proxy = outage_proxy(backend)
+    st = open_storage(root, timeout_s=5)
+    st.put("before.bin", b"0")
+    key = "rollouts/b00000005.r0.u0000.rec"
+    with caplog.at_level("WARNING", logger="rlx_core.storage"):
+        back = proxy.down_for(5.0)
+        st.put(key, b"logged during the outage")
+        back.join()
+    assert st.get(key) == b"logged during the outage"
+    assert st.list() == ["before.bin", key]
+    lines = _retry_lines(caplog)
+    assert lines, "the outage was never seen"
+    assert all(st.key_uri(key) in line and "\n" not in line for line in lines), lines
+
+
+def test_a_commit_of_files_rides_through_an_outage(
+    new_root: Any, outage_proxy: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a checkpoint upload does: files committed under one marker, then read back."""
+    root = new_root("s3", "ckpt")
+    proxy = outage_proxy("s3")
+    st = open_storage(root, timeout_s=5)
+    (tmp_path / "a").write_bytes(b"a" * 1000)
+    (tmp_path / "b").write_bytes(b"b" * 10)
+    with caplog.at_level("WARNING", logger="rlx_core.storage"):
+        with st.atomic_commit("7") as tx:
+            tx.put_file("state/a", tmp_path / "a")
+            back = proxy.down_for(2.0)
+            tx.put_file("meta/b", tmp_path / "b")
+        back.join()
+        back = proxy.down_for(2.0)
+        st.get_file("7/state/a", tmp_path / "a2")
+        back.join()
+    assert st.list_committed("") == ["7"]
+    assert sorted(st.commit_manifest("7")) == ["meta/b", "state/a"]
+    assert (tmp_path / "a2").read_bytes() == b"a" * 1000
+    assert len(_retry_lines(caplog)) >= 2
+
+
+def test_a_write_that_landed_but_was_reported_lost_commits_once(
+    new_root: Any, outage_proxy: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The retried write repeats the same bytes under the same key, so the commit protocol
+    holds: the marker is written (again) last, and names exactly the members."""
+    root = new_root("s3", "runs/r1")
+    proxy = outage_proxy("s3")
+    st = open_storage(root, timeout_s=5)
+    proxy.drop_responses(b"PUT ", b"/snapshot.json")
+    proxy.drop_responses(b"PUT ", COMMIT_MARKER.encode())
+    with caplog.at_level("WARNING", logger="rlx_core.storage"):
+        with st.atomic_commit("snapshots/s0000000003") as tx:
+            tx.put("snapshot.json", b'{"step": 3}')
+    assert len(_retry_lines(caplog)) == 2
+    assert st.list() == [
+        f"snapshots/s0000000003/{COMMIT_MARKER}",
+        "snapshots/s0000000003/snapshot.json",
+    ]
+    manifest = st.commit_manifest("snapshots/s0000000003")
+    assert manifest == {
+        "snapshot.json": {"size": 11, "sha256": hashlib.sha256(b'{"step": 3}').hexdigest()}
+    }
+
+
+def test_a_commit_that_fails_after_its_marker_landed_is_not_left_committed(
+    new_root: Any, outage_proxy: Any
+) -> None:
+    """With no retries left, a marker whose answer was lost makes the commit fail; the cleanup
+    removes the marker first, so the prefix never counts as committed with its members gone."""
+    root = new_root("s3", "runs/r1")
+    proxy = outage_proxy("s3")
+    st = open_storage(root, timeout_s=5, retry_s=0)
+    proxy.drop_responses(b"PUT ", COMMIT_MARKER.encode())
+    with pytest.raises(Unavailable), st.atomic_commit("snap/1") as tx:
+        tx.put("m", b"x")
+    assert not st.committed("snap/1")
+    assert st.list() == []
+
+
+def test_retries_give_up_after_the_configured_time_naming_the_uri(
+    s3_env: str,
+    dead_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", dead_endpoint)
+    with caplog.at_level("WARNING", logger="rlx_core.storage"):
+        with pytest.raises(Unavailable, match=r"s3://b/p/k: cannot reach S3.*gave up after"):
+            open_storage("s3://b/p", timeout_s=0.5, retry_s=1.0).put("k", b"v")
+    lines = _retry_lines(caplog)
+    assert lines and all("s3://b/p/k" in line for line in lines)
+    monkeypatch.setenv("RLX_STORAGE_RETRY_S", "0.5")  # the default of every open_storage
+    with pytest.raises(Unavailable, match="gave up after"):
+        open_storage("s3://b/p", timeout_s=0.5).get("k")
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf"])
+def test_a_bad_retry_setting_is_a_config_error_naming_it(
+    value: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RLX_STORAGE_RETRY_S", value)
+    with pytest.raises(ConfigError, match=rf"RLX_STORAGE_RETRY_S.*{re.escape(value)}"):
+        open_storage(tmp_path)
+    with pytest.raises(InvalidArgument, match="retry_s"):
+        open_storage(tmp_path, retry_s=-1)

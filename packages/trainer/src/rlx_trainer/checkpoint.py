@@ -9,7 +9,9 @@ Where they go:
 - `s3://bucket/prefix`: Orbax cannot write to S3 here (DESIGN §10), so it writes to a local
   staging directory and the step directory is then uploaded through `rlx_core.storage` as one
   atomic commit: the `_COMMITTED` marker (with every file's size and sha256) goes last. Only
-  committed steps are listed or restored, and downloads are checked against the marker.
+  committed steps are listed or restored, and downloads are checked against the marker. Every
+  upload and download rides through a storage outage with `rlx_core.storage`'s one retry
+  policy (`RLX_STORAGE_RETRY_S`).
 
 The last `keep` steps are kept; older ones are deleted after each save.
 """

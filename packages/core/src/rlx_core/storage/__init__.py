@@ -11,6 +11,11 @@ URI or key, NotFound (naming the full URI, or the bucket) for a missing object o
 Unavailable when the backend cannot be reached, PermissionDenied / Unauthenticated when it says
 so. boto3 and google-cloud-storage load only when an s3:// or gs:// URI is opened; `S3` honours
 `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, GCS `STORAGE_EMULATOR_HOST` (anonymous credentials).
+
+A call that fails with Unavailable (the backend unreachable, throttling, a 5xx) is retried with
+exponential backoff for up to `retry_s` seconds after its first failure (default 120 s, or
+`RLX_STORAGE_RETRY_S`), each retry logged as one warning line naming the object's URI; then the
+Unavailable is raised. This is the only retry layer: the SDKs try each request once.
 """
 
 from __future__ import annotations
@@ -22,8 +27,18 @@ from urllib.parse import unquote
 from rlx_core.errors import InvalidArgument
 from rlx_core.storage._base import COMMIT_MARKER, Storage, Transaction, check_key, join_uri
 from rlx_core.storage._local import LocalStorage
+from rlx_core.storage._retry import DEFAULT_RETRY_S, RETRY_ENV, Retry
 
-__all__ = ["COMMIT_MARKER", "Storage", "Transaction", "join_uri", "open_storage"]
+__all__ = [
+    "COMMIT_MARKER",
+    "DEFAULT_RETRY_S",
+    "RETRY_ENV",
+    "Retry",
+    "Storage",
+    "Transaction",
+    "join_uri",
+    "open_storage",
+]
 
 DEFAULT_TIMEOUT_S = 60.0
 _SCHEMES = ("file", "s3", "gs")
@@ -31,15 +46,28 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def open_storage(uri: str | os.PathLike[str], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Storage:
+def open_storage(
+    uri: str | os.PathLike[str],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    retry_s: float | None = None,
+) -> Storage:
     """A Storage rooted at `uri`; InvalidArgument for a URI it cannot use.
 
     A plain path (relative paths are made absolute) and `file:///abs/path` open the same local
     directory, whose `uri` is the absolute path. `s3://bucket[/prefix]` and `gs://bucket[/prefix]`
     open a bucket, or a prefix inside one; nothing is contacted until the first call.
     `timeout_s` bounds each remote request (S3: connect and read timeouts; GCS: the request
-    timeout and the retry deadline).
+    timeout). `retry_s` is how long a call that fails with Unavailable is retried (0: never;
+    None: `RLX_STORAGE_RETRY_S`, else DEFAULT_RETRY_S); ConfigError naming the variable for a
+    bad value of it.
     """
+    storage = _open(uri, timeout_s)
+    storage.retry = Retry.from_env() if retry_s is None else Retry(total_s=retry_s)
+    return storage
+
+
+def _open(uri: str | os.PathLike[str], timeout_s: float) -> Storage:
     text = os.fspath(uri)
     if not isinstance(text, str) or not text:
         raise InvalidArgument("storage URI is empty")

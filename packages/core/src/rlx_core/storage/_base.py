@@ -12,9 +12,10 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Iterator
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, TypeVar
 
 from rlx_core.errors import AlreadyExists, InvalidArgument, NotFound, RlxError
+from rlx_core.storage._retry import Retry
 
 __all__ = [
     "COMMIT_MARKER",
@@ -33,6 +34,8 @@ COMMIT_MARKER = "_COMMITTED"
 # start with it.
 TMP_PREFIX = ".rlx-tmp-"
 _STREAM_CHUNK = 8 << 20  # bytes per read when hashing or streaming
+
+T = TypeVar("T")
 
 
 def join_uri(base: str, key: str) -> str:
@@ -142,9 +145,14 @@ class Storage:
     count as committed only once the marker `<prefix>/_COMMITTED` exists, and it is written last.
     `list` returns every finished object, commit markers included, and never an in-progress
     temporary, identically on every backend.
+
+    Every call that fails with Unavailable is retried by `retry` (rlx_core.storage._retry):
+    each backend request, not a whole multi-object operation, so a retry repeats only what may
+    not have landed. A stream from `open_read` is retried only while opening.
     """
 
     uri: str  # the normalised root: an absolute local path, or s3://bucket/prefix, gs://...
+    retry: Retry = Retry(total_s=0)  # open_storage sets the configured policy
 
     # --- primitives each backend implements (keys are checked and relative to the root) -----
     def _put(self, key: str, data: bytes) -> None:
@@ -208,6 +216,10 @@ class Storage:
     def _child(self, prefix: str) -> Storage:
         raise NotImplementedError
 
+    def _retried(self, key: str, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) under the retry policy, its retries logged with `key`'s URI."""
+        return self.retry.call(lambda: fn(*args), self.key_uri(key))
+
     # --- the public API ---------------------------------------------------------------------
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
@@ -218,83 +230,96 @@ class Storage:
 
     def put(self, key: str, data: bytes) -> None:
         """Write a whole object atomically, replacing any previous one."""
-        self._put(check_key(key), bytes(data))
+        self._retried(key, self._put, check_key(key), bytes(data))
 
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
         """Upload a local file atomically, streaming (never read whole into memory)."""
         check_key(key)
         if not os.path.isfile(path):
             raise InvalidArgument(f"cannot upload {os.fspath(path)!r}: not a local file")
-        self._put_file(key, os.fspath(path))
+        self._retried(key, self._put_file, key, os.fspath(path))
 
     def get(self, key: str) -> bytes:
         """The whole object; NotFound naming its full URI if it is missing."""
-        return self._get(check_key(key))
+        return self._retried(key, self._get, check_key(key))
 
     def get_file(self, key: str, path: str | os.PathLike[str]) -> None:
         """Download to a local file, streaming; `path` appears only once complete (tmp+rename)."""
-        self._get_file(check_key(key), os.fspath(path))
+        self._retried(key, self._get_file, check_key(key), os.fspath(path))
 
     def open_read(self, key: str) -> BinaryIO:
         """A binary file object for streaming reads; use it as a context manager.
 
         NotFound at open time if the object is missing; read errors are RlxErrors too.
         """
-        return self._open_read(check_key(key))
+        return self._retried(key, self._open_read, check_key(key))
 
     def exists(self, key: str) -> bool:
         """Whether an object exists at `key` (NotFound if the bucket itself does not)."""
-        return self._exists(check_key(key))
+        return self._retried(key, self._exists, check_key(key))
 
     def list(self, prefix: str = "") -> builtins.list[str]:
         """Every key starting with `prefix` (a plain string prefix, as on S3: 'a' matches 'ab'
         and 'a/x', 'a/' only 'a/x'), recursive, sorted. Commit markers are included;
         in-progress temporaries never are."""
-        return sorted(self._list(check_key(prefix, allow_empty=True, allow_dir=True)))
+        check_key(prefix, allow_empty=True, allow_dir=True)
+        return sorted(self._retried(prefix, self._list, prefix))
 
     def delete(self, key: str, *, missing_ok: bool = False) -> None:
-        """Remove one object; NotFound naming its URI if missing, unless `missing_ok`."""
-        if not self._delete(check_key(key)) and not missing_ok:
+        """Remove one object; NotFound naming its URI if missing, unless `missing_ok`. After a
+        retried attempt, a missing object counts as deleted (the first attempt may have landed)."""
+        tries = []
+
+        def once() -> bool:
+            tries.append(1)
+            return self._delete(key)
+
+        check_key(key)
+        if not self._retried(key, once) and not missing_ok and len(tries) == 1:
             raise NotFound(f"no object at {self.key_uri(key)}")
 
     def delete_prefix(self, prefix: str) -> None:
         """Remove everything under the directory `prefix` ('a' and 'a/' both mean 'a/...'; 'ab'
         is untouched). A commit marker goes first, so a half-deleted snapshot never counts as
         committed. `delete_prefix('')` empties the whole root."""
-        self._delete_dir(_as_dir(check_key(prefix, allow_empty=True, allow_dir=True)))
+        prefix = _as_dir(check_key(prefix, allow_empty=True, allow_dir=True))
+        self._retried(prefix, self._delete_dir, prefix)
 
     @contextlib.contextmanager
     def atomic_commit(self, prefix: str) -> Iterator[Transaction]:
         """Write several objects under `prefix` that become visible together.
 
         On a clean exit the marker `<prefix>/_COMMITTED` is written last, holding each member's
-        size and sha256. If the block raises, the members written so far are removed
-        (best-effort) and nothing counts as committed. Leftovers of an earlier writer that died
-        before committing are removed first; AlreadyExists if `prefix` is already committed.
+        size and sha256. If the block raises, the marker (in case a write reported as failed
+        landed) and then the members written so far are removed (best-effort) and nothing counts
+        as committed. Leftovers of an earlier writer that died before committing are removed
+        first; AlreadyExists if `prefix` is already committed.
         """
         prefix = check_key(prefix, allow_dir=True).rstrip("/")
         if self.committed(prefix):
             raise AlreadyExists(f"{self.key_uri(prefix)} is already committed")
-        self._delete_dir(prefix + "/")
+        self._retried(prefix, self._delete_dir, prefix + "/")
         tx = Transaction(self, prefix)
+        marker = f"{prefix}/{COMMIT_MARKER}"
         try:
             yield tx
             manifest = json.dumps({"members": tx.members}, sort_keys=True, indent=1).encode()
-            self._put(f"{prefix}/{COMMIT_MARKER}", manifest)
+            self._retried(marker, self._put, marker, manifest)
         except BaseException:
             with contextlib.suppress(Exception):
+                self._delete_keys([marker])  # alone and first: a batch delete has no order
                 self._delete_keys([f"{prefix}/{k}" for k in tx.members])
             raise
 
     def committed(self, prefix: str) -> bool:
         """True once `atomic_commit(prefix)` has finished (the marker exists)."""
-        prefix = check_key(prefix, allow_dir=True).rstrip("/")
-        return self._exists(f"{prefix}/{COMMIT_MARKER}")
+        marker = f"{check_key(prefix, allow_dir=True).rstrip('/')}/{COMMIT_MARKER}"
+        return self._retried(marker, self._exists, marker)
 
     def commit_manifest(self, prefix: str) -> dict[str, Any]:
         """{member key: {"size": n, "sha256": hex}} of a committed prefix; NotFound if none."""
-        prefix = check_key(prefix, allow_dir=True).rstrip("/")
-        members: dict[str, Any] = json.loads(self._get(f"{prefix}/{COMMIT_MARKER}"))["members"]
+        marker = f"{check_key(prefix, allow_dir=True).rstrip('/')}/{COMMIT_MARKER}"
+        members: dict[str, Any] = json.loads(self._retried(marker, self._get, marker))["members"]
         return members
 
     def list_committed(self, parent: str = "") -> builtins.list[str]:
@@ -305,15 +330,17 @@ class Storage:
         """
         base = _as_dir(check_key(parent, allow_empty=True, allow_dir=True))
         found = []
-        for key in self._list(base):
+        for key in self._retried(base, self._list, base):
             child, _, rest = key[len(base) :].partition("/")
             if rest == COMMIT_MARKER:
                 found.append(base + child)
         return sorted(found)
 
     def child(self, prefix: str) -> Storage:
-        """A Storage rooted at `prefix` below this one (sharing its client)."""
-        return self._child(check_key(prefix, allow_dir=True).rstrip("/"))
+        """A Storage rooted at `prefix` below this one (sharing its client and retry policy)."""
+        child = self._child(check_key(prefix, allow_dir=True).rstrip("/"))
+        child.retry = self.retry
+        return child
 
 
 class Transaction:
@@ -334,7 +361,7 @@ class Transaction:
         """Write one member object."""
         full = self._member(key)
         data = bytes(data)
-        self.storage._put(full, data)
+        self.storage._retried(full, self.storage._put, full, data)
         self.members[key] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
@@ -348,5 +375,5 @@ class Transaction:
             while chunk := f.read(_STREAM_CHUNK):
                 digest.update(chunk)
                 size += len(chunk)
-        self.storage._put_file(full, os.fspath(path))
+        self.storage._retried(full, self.storage._put_file, full, os.fspath(path))
         self.members[key] = {"size": size, "sha256": digest.hexdigest()}

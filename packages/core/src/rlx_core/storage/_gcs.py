@@ -32,12 +32,8 @@ class GCSStorage(Storage):
         self._timeout_s = timeout_s
         self._client = client or self._make_client()
         self._bucket = self._client.bucket(bucket)
-        from google.cloud.storage.retry import DEFAULT_RETRY
-
-        # every call below, uploads included, is an idempotent whole-object write or a read, so
-        # retrying transient failures is safe; the retry deadline is the caller's timeout
-        self._retry = DEFAULT_RETRY.with_timeout(timeout_s)
-        self._kw = {"timeout": timeout_s, "retry": self._retry}
+        # one try per request: rlx_core.storage._retry is the one retry layer
+        self._kw = {"timeout": timeout_s, "retry": None}
 
     def _make_client(self) -> Any:
         from google.auth.exceptions import GoogleAuthError

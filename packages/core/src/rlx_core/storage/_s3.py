@@ -56,7 +56,8 @@ class S3Storage(Storage):
         config = Config(
             connect_timeout=min(timeout_s, 10.0),
             read_timeout=timeout_s,
-            retries={"total_max_attempts": 3, "mode": "standard"},
+            # one try per request: rlx_core.storage._retry is the one retry layer
+            retries={"total_max_attempts": 1, "mode": "standard"},
         )
         # A fresh session per client, so credentials and settings come from the environment
         # of the moment, but one shared model loader, so opening a storage costs ~20 ms, not
