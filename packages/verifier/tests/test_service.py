@@ -171,6 +171,8 @@ def test_status(service: VerifierService, address: str) -> None:
     assert {"python", "cpp"} <= set(after.toolchains)
     assert after.toolchains["cpp"].startswith("g++")
     assert after.sandboxed and after.sandbox.startswith("bwrap")
+    bwrap = service.verifier.sandbox.bwrap if service.verifier else None
+    assert after.bwrap.startswith((f"system {bwrap} (bubblewrap ", f"wheel {bwrap} (bubblewrap "))
     assert (after.workers, after.backend, after.infra_retries) == (2, "local", RETRIES)
     assert (after.queued, after.running) == (0, 0)
     assert after.judged == before.judged + 1

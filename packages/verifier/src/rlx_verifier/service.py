@@ -49,6 +49,7 @@ class VerifierService:
                 "backend": config.backend,
                 "languages": ",".join(sorted(v.languages)) if v else "",
                 "sandbox": v.sandbox.mode if v else "lambda",
+                "bwrap": v.sandbox.bwrap_description if v else "",
                 "workers": str(v.workers if v else config.aws_lambda.concurrency),
                 **(
                     {f"toolchain.{n}": lang.version for n, lang in v.languages.items()} if v else {}
@@ -155,6 +156,7 @@ class VerifierService:
             judged=judged,
             cache_entries=len(v._cache) if v else 0,
             infra_retries=self.config.judge.infra_retries,
+            bwrap=v.sandbox.bwrap_description if v else "",
         )
 
     def close(self) -> None:

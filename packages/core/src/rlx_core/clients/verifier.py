@@ -227,6 +227,7 @@ class VerifierStatus:
     judged: int
     cache_entries: int
     infra_retries: int
+    bwrap: str = ""  # the bubblewrap binary: "system|wheel|configured PATH (VERSION)"; "" = none
 
 
 # --- proto conversions (used by the servicer and the client) -----------------------------------
@@ -385,4 +386,5 @@ class VerifierClient(ServiceClient):
             judged=reply.judged,
             cache_entries=reply.cache_entries,
             infra_retries=reply.infra_retries,
+            bwrap=reply.bwrap,
         )

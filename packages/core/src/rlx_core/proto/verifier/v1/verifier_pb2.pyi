@@ -115,7 +115,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("toolchains", "sandbox", "sandboxed", "workers", "queued", "running", "backend", "judged", "cache_entries", "infra_retries")
+    __slots__ = ("toolchains", "sandbox", "sandboxed", "workers", "queued", "running", "backend", "judged", "cache_entries", "infra_retries", "bwrap")
     class ToolchainsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class StatusReply(_message.Message):
     JUDGED_FIELD_NUMBER: _ClassVar[int]
     CACHE_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     INFRA_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    BWRAP_FIELD_NUMBER: _ClassVar[int]
     toolchains: _containers.ScalarMap[str, str]
     sandbox: str
     sandboxed: bool
@@ -143,4 +144,5 @@ class StatusReply(_message.Message):
     judged: int
     cache_entries: int
     infra_retries: int
-    def __init__(self, toolchains: _Optional[_Mapping[str, str]] = ..., sandbox: _Optional[str] = ..., sandboxed: _Optional[bool] = ..., workers: _Optional[int] = ..., queued: _Optional[int] = ..., running: _Optional[int] = ..., backend: _Optional[str] = ..., judged: _Optional[int] = ..., cache_entries: _Optional[int] = ..., infra_retries: _Optional[int] = ...) -> None: ...
+    bwrap: str
+    def __init__(self, toolchains: _Optional[_Mapping[str, str]] = ..., sandbox: _Optional[str] = ..., sandboxed: _Optional[bool] = ..., workers: _Optional[int] = ..., queued: _Optional[int] = ..., running: _Optional[int] = ..., backend: _Optional[str] = ..., judged: _Optional[int] = ..., cache_entries: _Optional[int] = ..., infra_retries: _Optional[int] = ..., bwrap: _Optional[str] = ...) -> None: ...
