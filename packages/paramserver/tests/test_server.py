@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import shutil
 import threading
+import time
 import weakref
 import zlib
 from collections.abc import Callable
@@ -479,3 +481,96 @@ def test_the_store_directory_goes_with_the_server(make_server: Callable[..., Run
     server.service.close()
     assert not os.path.exists(root)
     assert same(kept["embed"], weights(1)["embed"])  # still mapped, still intact
+
+
+def test_overflowing_pushes_are_refused_before_staging_and_valid_pushes_still_fit(
+    make_server: Callable[..., Running],
+) -> None:
+    """2^32 x 2^32 float32 elements: INVALID_ARGUMENT naming the tensor, nothing staged, so
+    valid pushes still get room."""
+    server = make_server(max_versions=2)
+    for version in (500, 501, 502, 503):
+        with pytest.raises(InvalidArgument, match=r"'w': shape \[4294967296, 4294967296\]"):
+            raw_push(server.address, [header(version, [2**32, 2**32])])
+    with server.client() as client:
+        assert client.versions_info().staged == ()
+        client.push(152, {"w": np.ones(4, np.float32)})
+        assert client.versions() == [152]
+
+
+def store_dirs(server: Running) -> list[str]:
+    assert server.service.store_root is not None
+    return sorted(os.listdir(server.service.store_root))
+
+
+def test_a_push_cut_mid_stream_is_unstaged_and_its_files_freed_at_once(
+    server: Running,
+) -> None:
+    """The client cancels after some chunks: the server unstages the version and removes what
+    it stored itself, not whenever the garbage collector (off here) breaks a reference cycle."""
+    with server.client() as client:
+        client.push(1, {"w": np.ones(4, np.float32)})
+    held = store_dirs(server)
+    data = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: 4 messages of 1 MiB
+    spec = pb.TensorSpec(name="w", dtype="float32", shape=[data.size])
+    sent_some, hold = threading.Event(), threading.Event()
+
+    def requests() -> Any:
+        yield pb.PushRequest(header=pb.PushHeader(version=2, tensors=[spec]))
+        raw = data.tobytes()
+        for offset in range(0, 2 << 20, 1 << 20):
+            piece = raw[offset : offset + (1 << 20)]
+            msg = TensorChunk(name="w", offset=offset, data=piece, crc32=zlib.crc32(piece))
+            if offset == 0:
+                msg.dtype, msg.total_bytes = "float32", len(raw)
+                msg.shape.extend([data.size])
+            yield pb.PushRequest(chunk=msg)
+        sent_some.set()
+        hold.wait(60)
+
+    channel = connect(server.address, token=TOKEN)
+    gc.disable()
+    try:
+        call = pb_grpc.ParamServerStub(channel).Push.future(requests(), timeout=60)
+        assert sent_some.wait(30)
+        deadline = time.monotonic() + 30
+        while len(store_dirs(server)) == len(held):  # the version's directory is made
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert server.service.versions().staged == (2,)
+        call.cancel()
+        while server.service.versions().staged:
+            assert time.monotonic() < deadline, "the cancelled push stayed staged"
+            time.sleep(0.01)
+        assert store_dirs(server) == held
+    finally:
+        gc.enable()
+        hold.set()
+        channel.close()
+    with server.client() as client:
+        client.push(2, {"w": data})  # the version number is free again
+        assert same(client.pull(2)[1]["w"], data)
+
+
+def shm_maps() -> list[str]:
+    """Mappings of rlx-ps-* segments in this process (server and client both live here)."""
+    with open("/proc/self/maps") as f:
+        return [line for line in f if f"/dev/shm/{SHM_SEGMENT}" in line]
+
+
+SHM_SEGMENT = "rlx-ps-"
+
+
+def test_a_failed_shm_push_leaves_no_segment_mapped_or_on_dev_shm(server: Running) -> None:
+    before = shm_segments()
+    with server.client(shared_memory=True) as client:
+        client.push(1, weights(1))
+        gc.disable()
+        try:
+            with pytest.raises(AlreadyExists) as failed:
+                client.push(1, weights(1))
+            # the exception (and its traceback, with the push's frame) is still alive here
+            assert failed.value is not None
+            assert shm_maps() == [] and shm_segments() == before
+        finally:
+            gc.enable()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import os
 import threading
 import time
 
@@ -12,7 +14,15 @@ import numpy as np
 import pytest
 
 from rlx_core.config import from_dict
-from rlx_core.errors import AlreadyExists, ConfigError, InvalidArgument, NotFound, ResourceExhausted
+from rlx_core.errors import (
+    AlreadyExists,
+    Cancelled,
+    ConfigError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 from rlx_paramserver import ParamServerConfig, ParamServerService
 from rlx_paramserver.service import TensorDecl
 from rlx_paramserver.store import Version, _runs_of_bytes, chunk_shape_for
@@ -170,11 +180,96 @@ def test_already_exists_staged_and_committed() -> None:
         ([TensorDecl("a", "float32", (2, -1))], "negative dimension"),
         ([TensorDecl("a", "float32", (2, 3), 2)], "shard_axis 2 out of range"),
         ([TensorDecl("", "float32", (2,))], "empty name"),
+        ([TensorDecl("a\x00b", "float32", (2,))], "control character"),
+        ([TensorDecl("a" * 1025, "float32", (2,))], "1025 characters, more than 1024"),
+        ([TensorDecl("a", "float32", (1,) * 33)], "rank 33, more than 32"),
+        # 2^64 elements: 0 in int64 arithmetic, so the count is taken in Python integers
+        (
+            [TensorDecl("a", "float32", (2**32, 2**32))],
+            r"'a': shape \[4294967296, 4294967296\] float32 holds 18446744073709551616 elements",
+        ),
+        ([TensorDecl("a", "float32", (0, 2**62))], r"'a': shape \[0, 4611686018427387904\] float"),
     ],
 )
 def test_bad_push_headers(decls: list[TensorDecl], match: str) -> None:
     with pytest.raises(InvalidArgument, match=match):
         make().begin_push(0, decls, timeout=0)
+
+
+def test_shapes_past_the_version_bound_are_refused_naming_tensor_and_bytes() -> None:
+    service = make(max_version_mib=1)
+    with pytest.raises(InvalidArgument, match=r"'big': shape \[1024, 257\] float32 holds "):
+        service.begin_push(0, [TensorDecl("big", "float32", (1024, 257))], timeout=0)
+    two = [TensorDecl("a", "float32", (512, 256)), TensorDecl("b", "float32", (512, 257))]
+    with pytest.raises(InvalidArgument, match=r"version 0: 2 tensors of 1050624 bytes"):
+        service.begin_push(0, two, timeout=0)
+    assert service.versions().staged == ()
+    push(service, 0, {"a": np.ones((1024, 256), np.float32)})  # exactly 1 MiB fits
+
+
+def test_refused_pushes_never_stay_staged_so_valid_ones_still_get_room() -> None:
+    """Four pushes of 2^32 x 2^32 elements, then a valid push: with max_versions=2, versions
+    left staged by failed pushes would leave it no room (RESOURCE_EXHAUSTED)."""
+    service = make(max_versions=2)
+    for version in (500, 501, 502, 503):
+        with pytest.raises(InvalidArgument, match=r"tensor 'w': shape .* elements"):
+            service.begin_push(version, [TensorDecl("w", "float32", (2**32, 2**32))], timeout=0)
+    assert service.versions().staged == ()
+    push(service, 152, {"w": np.ones(3, np.float32)})
+    assert [v.version for v in service.versions().versions] == [152]
+
+
+def store_dirs(service: ParamServerService) -> list[str]:
+    assert service.store_root is not None
+    return sorted(os.listdir(service.store_root))
+
+
+def test_an_aborted_push_frees_its_storage_at_once() -> None:
+    """The partly received version's chunk files go with the abort itself, not whenever the
+    garbage collector breaks a reference cycle that still holds the session (an exception's
+    traceback does)."""
+    service = make()
+    push(service, 1, {"w": np.ones((64, 64), np.float32)})
+    held = store_dirs(service)
+    gc.disable()
+    try:
+        session = service.begin_push(2, [TensorDecl("w", "float32", (64, 64))], timeout=0)
+        session.write("w", 0, np.ones(2048, np.float32).tobytes())
+        assert len(store_dirs(service)) == 2
+        keep = session  # a reference the abort cannot see (as a traceback's frame holds one)
+        session.abort()
+        assert store_dirs(service) == held and service.versions().staged == ()
+        with pytest.raises(FailedPrecondition, match="version 2: the push was aborted"):
+            keep.write("w", 8192, np.ones(2048, np.float32).tobytes())
+        push(service, 2, {"w": np.ones((64, 64), np.float32)})
+    finally:
+        gc.enable()
+
+
+def test_an_abort_after_a_drop_leaves_a_new_push_of_that_version_alone() -> None:
+    service = make()
+    first = service.begin_push(1, [TensorDecl("w", "float32", (2,))], timeout=0)
+    service.drop(1)  # forget the staged push (a replicated push that failed elsewhere)
+    second = service.begin_push(1, [TensorDecl("w", "float32", (2,))], timeout=0)
+    first.abort()  # the first push's handler notices only now
+    assert service.versions().staged == (1,)
+    second.write("w", 0, np.ones(2, np.float32).tobytes())
+    second.finish()
+    service.commit(1)
+    assert np.array_equal(read(service, 1)["w"], np.ones(2, np.float32))
+
+
+def test_a_push_waiting_for_room_stops_when_cancelled() -> None:
+    service = make(max_versions=1)
+    push(service, 0, {"a": np.ones(2)})
+    service.confirm("w", 0)  # version 0 cannot be freed until w passes it
+    cancelled = threading.Event()
+    threading.Timer(0.2, lambda: (cancelled.set(), service.wake())).start()
+    with pytest.raises(Cancelled, match="version 1: the push was cancelled while waiting"):
+        service.begin_push(
+            1, [TensorDecl("a", "float64", (2,))], timeout=600, cancelled=cancelled.is_set
+        )
+    assert service.versions().staged == ()
 
 
 def test_bad_bytes_and_incomplete_pushes() -> None:
@@ -299,3 +394,5 @@ def test_config_checks_its_fields() -> None:
         from_dict(ParamServerConfig, {"max_versions": 0})
     with pytest.raises(ConfigError, match="replica_id"):
         from_dict(ParamServerConfig, {"replica_id": -1})
+    with pytest.raises(ConfigError, match="max_version_mib"):
+        from_dict(ParamServerConfig, {"max_version_mib": -1})

@@ -20,6 +20,9 @@ class ParamServerConfig:
     chunk_kib: int = 8192  # target storage chunk size, KiB, >= 1 (8 MiB reads fastest: DESIGN §10)
     shared_memory: bool = True  # keep versions in /dev/shm files clients map (same-host fast path)
     max_push_wait_s: float = 3600.0  # cap on waiting for room when a push has no deadline, s >= 0
+    # largest version one push may declare (all its tensors), MiB, >= 0; 0 = this host's
+    # physical memory (a version is held in RAM, so nothing bigger could ever be stored)
+    max_version_mib: int = 0
 
     def __post_init__(self) -> None:
         if self.replica_id < 0:
@@ -30,3 +33,5 @@ class ParamServerConfig:
             raise ConfigError("must be >= 1", field="chunk_kib", value=self.chunk_kib)
         if self.max_push_wait_s < 0:
             raise ConfigError("must be >= 0", field="max_push_wait_s", value=self.max_push_wait_s)
+        if self.max_version_mib < 0:
+            raise ConfigError("must be >= 0", field="max_version_mib", value=self.max_version_mib)

@@ -21,21 +21,23 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
-import mmap
+import math
 import os
 import queue
 import shutil
 import threading
 import time
+import unicodedata
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rlx_core.errors import (
     AlreadyExists,
+    Cancelled,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -119,13 +121,24 @@ class PullPlan:
 
 
 class PushSession:
-    """One version being received. Feed bytes per tensor, then `finish()` to stage it."""
+    """One version being received. Feed bytes per tensor, then `finish()` to stage it; `abort()`
+    (any failure) unstages it and frees what it stored at once."""
 
-    def __init__(self, service: ParamServerService, version: Version, block_bytes: int) -> None:
+    def __init__(
+        self,
+        service: ParamServerService,
+        version: Version,
+        block_bytes: int,
+        entry: _Staged,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
         self._service = service
         self.version = version
+        self._entry = entry
+        self._cancelled = cancelled
         self._writers = {name: TensorWriter(version, name, block_bytes) for name in version.metas}
         self._closed = False
+        self._aborted = False
 
     def meta(self, name: str) -> TensorMeta:
         meta = self.version.metas.get(name)
@@ -135,8 +148,18 @@ class PushSession:
             )
         return meta
 
+    def _check_open(self) -> None:
+        if self._aborted:
+            raise FailedPrecondition(f"version {self.version.version}: the push was aborted")
+        if self._cancelled is not None and self._cancelled():
+            raise Cancelled(
+                f"version {self.version.version}: the push was cancelled by its client (or "
+                "its deadline passed) before every byte arrived"
+            )
+
     def write(self, name: str, offset: int, data: bytes | memoryview | np.ndarray) -> None:
         """Add bytes of tensor `name` at `offset` (each tensor's bytes arrive in order)."""
+        self._check_open()
         self.meta(name)
         if isinstance(data, np.ndarray):
             view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
@@ -145,7 +168,11 @@ class PushSession:
         self._writers[name].feed(offset, view)
 
     def write_shm(self, path: str, entries: Sequence[tuple[str, int, int]]) -> None:
-        """Read every tensor from a same-host segment the client wrote: (name, offset, nbytes)."""
+        """Read every tensor from a same-host segment the client wrote: (name, offset, nbytes).
+
+        Read with pread into one buffer of this push's own, not mapped: nothing of the segment
+        is left for this process to hold when the push fails (a mapping kept alive by a failed
+        push's traceback kept the client's whole segment on /dev/shm after its unlink)."""
         if not self._service.config.shared_memory:
             raise FailedPrecondition("this paramserver has shared memory disabled")
         fd = _open_segment(path, os.O_RDONLY)
@@ -153,28 +180,28 @@ class PushSession:
             size = os.fstat(fd).st_size
             if size == 0:
                 raise InvalidArgument(f"shared-memory segment {path!r} is empty")
-            # not closed explicitly: TensorStore may still hold a view for a moment; the
-            # mapping goes with its last reference
-            mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-            buf = memoryview(mm)
-            for name, offset, nbytes in entries:
-                meta = self.meta(name)
-                if nbytes != meta.nbytes or offset + nbytes > size:
+            metas = [(self.meta(name), offset, nbytes) for name, offset, nbytes in entries]
+            for meta, offset, nbytes in metas:
+                if nbytes != meta.nbytes or offset < 0 or offset + nbytes > size:
                     raise InvalidArgument(
-                        f"tensor {name!r}: segment entry of {nbytes} bytes at {offset} "
+                        f"tensor {meta.name!r}: segment entry of {nbytes} bytes at {offset} "
                         f"does not match the declared {meta.nbytes} bytes (segment {size} bytes)"
                     )
-                # in pieces, each unmapped from this process once stored, so the client's
-                # segment does not add to the server's resident memory
+            largest = max((nbytes for _, _, nbytes in metas), default=0)
+            piece = memoryview(bytearray(min(_SHM_PIECE, largest)))
+            for meta, offset, nbytes in metas:
                 for start in range(0, nbytes, _SHM_PIECE):
-                    end = min(nbytes, start + _SHM_PIECE)
-                    self._writers[name].feed(start, buf[offset + start : offset + end])
-                    _release_pages(mm, offset + start, offset + end)
+                    self._check_open()
+                    view = piece[: min(_SHM_PIECE, nbytes - start)]
+                    if os.preadv(fd, [view], offset + start) != len(view):
+                        raise InvalidArgument(f"shared-memory segment {path!r} shrank while read")
+                    self._writers[meta.name].feed(start, view)
         finally:
             os.close(fd)
 
     def finish(self) -> int:
         """Check every declared tensor arrived in full, then stage the version; its byte count."""
+        self._check_open()
         missing = [
             f"{w.meta.name} ({w.received}/{w.meta.nbytes} bytes)"
             for w in self._writers.values()
@@ -188,28 +215,43 @@ class PushSession:
             )
         self.version.settle()  # every chunk stored before the version counts
         self._closed = True
-        self._service._staged_complete(self.version)
+        self._writers = {}
+        self._service._staged_complete(self._entry, self.version)
         return self.version.nbytes
 
     def abort(self) -> None:
-        """Forget the version (the push failed or was cancelled)."""
+        """Forget the version (the push failed or was cancelled) and free its storage now."""
         if not self._closed:
-            self._closed = True
-            self._service._abort_push(self.version.version)
+            self._closed = self._aborted = True
+            self._writers = {}  # their partial blocks
+            self.version.discard()
+            self._service._abort_push(self.version.version, self._entry)
 
 
 _SHM_PIECE = 8 << 20
+# what a header may declare: TensorStore's largest rank, and a name length no model comes near
+MAX_RANK = 32
+MAX_NAME_CHARS = 1024
 
 
-def _release_pages(mm: mmap.mmap, start: int, end: int) -> None:
-    """Drop this process's mapping of the whole pages inside [start, end) (the data stays in the
-    segment); it only lowers resident memory, so failure is harmless."""
-    page = mmap.PAGESIZE
-    lo = (start + page - 1) // page * page
-    hi = end // page * page
-    if hi > lo:
-        with contextlib.suppress(OSError, ValueError):
-            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+@dataclass
+class _Staged:
+    """One admitted push, by identity (a later push of the same version after a `drop` is
+    another): its Version once every byte is stored, None while receiving."""
+
+    stored: Version | None = None
+
+
+def _check_name(version: int, name: str) -> None:
+    if not name:
+        raise InvalidArgument(f"version {version}: a tensor has an empty name")
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidArgument(
+            f"version {version}: tensor {name[:40]!r}... has a name of {len(name)} characters, "
+            f"more than {MAX_NAME_CHARS}"
+        )
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        raise InvalidArgument(f"version {version}: tensor {name!r} has a control character")
 
 
 def _open_segment(path: str, flags: int) -> int:
@@ -323,7 +365,7 @@ class ParamServerService:
             )
         self._cond = threading.Condition()
         self._committed: dict[int, Version] = {}
-        self._staged: dict[int, Version | None] = {}  # None: admitted, still receiving
+        self._staged: dict[int, _Staged] = {}  # admitted pushes, received in full or not
         self._consumers: dict[str, int] = {}
         self._bytes_read_gone = 0  # bytes read from versions since deleted
         self._reaper = _Reaper()
@@ -331,54 +373,113 @@ class ParamServerService:
     # --- push -----------------------------------------------------------------------------
 
     def begin_push(
-        self, version: int, tensors: Sequence[TensorDecl], *, timeout: float | None
+        self,
+        version: int,
+        tensors: Sequence[TensorDecl],
+        *,
+        timeout: float | None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> PushSession:
-        """Admit a push of `version`, waiting up to `timeout` s for room; a session to feed."""
+        """Admit a push of `version`, waiting up to `timeout` s for room; a session to feed.
+
+        The header is checked in full before anything is staged. `cancelled()` true (the
+        client went away; call `wake()` when it changes) ends a wait for room, and the
+        session's writes, with `Cancelled`. Whatever fails after admission unstages the
+        version again."""
         metas = self._validate(version, tensors)
         wait = self.config.max_push_wait_s if timeout is None else max(0.0, timeout)
         deadline = time.monotonic() + wait
+        entry = _Staged()
         with self._cond:
             self._check_new(version)
             while not self._room_for_one():
+                if cancelled is not None and cancelled():
+                    raise Cancelled(
+                        f"version {version}: the push was cancelled while waiting for room "
+                        "(its client went away or its deadline passed)"
+                    )
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise ResourceExhausted(self._full_message(version))
                 self._cond.wait(remaining)
                 self._check_new(version)
-            self._staged[version] = None
+            self._staged[version] = entry
+        stored = None
         try:
             stored = Version(version, metas, self.store_root)
+            return PushSession(self, stored, self.config.chunk_kib << 10, entry, cancelled)
         except BaseException:
-            self._abort_push(version)
+            if stored is not None:
+                stored.discard()
+            self._abort_push(version, entry)
             raise
-        return PushSession(self, stored, self.config.chunk_kib << 10)
+
+    def wake(self) -> None:
+        """Make pushes waiting for room look at their `cancelled()` again."""
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def max_version_bytes(self) -> int:
+        """The most bytes one version may declare (`max_version_mib`, or physical memory)."""
+        if self.config.max_version_mib:
+            return self.config.max_version_mib << 20
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
     def _validate(self, version: int, tensors: Sequence[TensorDecl]) -> list[TensorMeta]:
+        """The manifest entries of a push header, every tensor checked first: a known dtype, a
+        name of at most MAX_NAME_CHARS without control characters, at most MAX_RANK
+        non-negative dims, and bytes (counted in Python integers, which do not wrap) within
+        `max_version_bytes`, for each tensor and all together."""
         if version < 0:
             raise InvalidArgument(f"version must be >= 0, got {version}")
         if not tensors:
             raise InvalidArgument(f"version {version}: a push needs at least one tensor")
+        limit = self.max_version_bytes
         seen: set[str] = set()
         metas = []
         for t in tensors:
-            if not t.name:
-                raise InvalidArgument(f"version {version}: a tensor has an empty name")
+            _check_name(version, t.name)
             if t.name in seen:
                 raise InvalidArgument(f"version {version}: tensor {t.name!r} declared twice")
             seen.add(t.name)
             dtype = dtype_of(t.dtype)
-            if any(d < 0 for d in t.shape):
-                raise InvalidArgument(f"tensor {t.name!r}: negative dimension in {t.shape}")
-            rank = len(t.shape)
+            shape = tuple(t.shape)
+            if len(shape) > MAX_RANK:
+                raise InvalidArgument(
+                    f"tensor {t.name!r}: rank {len(shape)}, more than {MAX_RANK} (TensorStore's "
+                    "largest)"
+                )
+            if any(d < 0 for d in shape):
+                raise InvalidArgument(f"tensor {t.name!r}: negative dimension in {shape}")
+            # bytes of the tensor, and of one index along every axis (a zero-size tensor
+            # still gets a chunk of that shape)
+            nbytes = math.prod(shape) * dtype.itemsize
+            extent = math.prod(max(1, d) for d in shape) * dtype.itemsize
+            if nbytes > limit:
+                raise InvalidArgument(
+                    f"tensor {t.name!r}: shape {list(shape)} {dtype.name} holds "
+                    f"{math.prod(shape)} elements ({nbytes} bytes), more than a version may "
+                    f"({limit} bytes: max_version_mib, or this host's memory)"
+                )
+            if extent > limit:
+                raise InvalidArgument(
+                    f"tensor {t.name!r}: shape {list(shape)} {dtype.name} is empty but its "
+                    f"dimensions span {extent} bytes, more than a version may ({limit} bytes)"
+                )
+            rank = len(shape)
             axis = t.shard_axis + rank if t.shard_axis < 0 else t.shard_axis
             if rank and not 0 <= axis < rank:
                 raise InvalidArgument(
                     f"tensor {t.name!r}: shard_axis {t.shard_axis} out of range for rank {rank}"
                 )
-            chunk = chunk_shape_for(t.shape, dtype.itemsize, axis, self.config.chunk_kib << 10)
-            nbytes = int(np.prod(t.shape, dtype=np.int64)) * dtype.itemsize
-            metas.append(
-                TensorMeta(t.name, dtype, tuple(t.shape), axis if rank else 0, chunk, nbytes)
+            chunk = chunk_shape_for(shape, dtype.itemsize, axis, self.config.chunk_kib << 10)
+            metas.append(TensorMeta(t.name, dtype, shape, axis if rank else 0, chunk, nbytes))
+        total = sum(m.nbytes for m in metas)
+        if total > limit:
+            raise InvalidArgument(
+                f"version {version}: {len(metas)} tensors of {total} bytes, more than a version "
+                f"may ({limit} bytes: max_version_mib, or this host's memory)"
             )
         return metas
 
@@ -415,14 +516,15 @@ class ParamServerService:
             + (", ".join(behind) or "nobody")
         )
 
-    def _staged_complete(self, version: Version) -> None:
+    def _staged_complete(self, entry: _Staged, version: Version) -> None:
         with self._cond:
-            if version.version in self._staged:
-                self._staged[version.version] = version
+            entry.stored = version
 
-    def _abort_push(self, version: int) -> None:
+    def _abort_push(self, version: int, entry: _Staged) -> None:
+        """Unstage `entry` (not a later push of the same version admitted after a drop)."""
         with self._cond:
-            self._staged.pop(version, None)
+            if self._staged.get(version) is entry:
+                del self._staged[version]
             self._cond.notify_all()
 
     def commit(self, version: int) -> list[int]:
@@ -430,7 +532,8 @@ class ParamServerService:
         with self._cond:
             if version in self._committed and version not in self._staged:
                 return []  # committing twice is harmless (a retried commit)
-            stored = self._staged.get(version)
+            entry = self._staged.get(version)
+            stored = None if entry is None else entry.stored
             if stored is None:
                 state = "still being received" if version in self._staged else "not staged"
                 raise NotFound(

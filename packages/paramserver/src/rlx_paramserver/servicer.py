@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import grpc
 import numpy as np
 
-from rlx_core.errors import Corrupt, InvalidArgument
+from rlx_core.errors import Cancelled, Corrupt, InvalidArgument
 from rlx_core.proto.common.v1.tensor_pb2 import TensorChunk
 from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
 from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
@@ -58,14 +58,15 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
     def Push(
         self, request_iterator: Iterator[pb.PushRequest], context: grpc.ServicerContext
     ) -> pb.PushReply:
-        first = next(request_iterator, None)
+        requests = _until_cut(request_iterator)
+        first = next(requests, None)
         if first is None or first.WhichOneof("item") != "header":
             raise InvalidArgument("a push starts with a PushHeader")
         header = first.header
         session = self._begin(header, context)
         used_shm = False
         try:
-            for request in request_iterator:
+            for request in requests:
                 kind = request.WhichOneof("item")
                 if kind == "chunk":
                     self._write_chunk(session, request.chunk)
@@ -93,13 +94,18 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
         return self._stored(request.header, nbytes, True)
 
     def _begin(self, header: pb.PushHeader, context: grpc.ServicerContext) -> PushSession:
+        """Admit the push; a client that goes away (cancel, deadline) ends its wait for room
+        and its session (whose failure unstages the version)."""
         decls = [
             TensorDecl(t.name, t.dtype, tuple(int(d) for d in t.shape), t.shard_axis)
             for t in header.tensors
         ]
         remaining = context.time_remaining()
         timeout = None if remaining is None else max(0.0, remaining - _DEADLINE_MARGIN_S)
-        return self._service.begin_push(header.version, decls, timeout=timeout)
+        context.add_callback(self._service.wake)
+        return self._service.begin_push(
+            header.version, decls, timeout=timeout, cancelled=lambda: not context.is_active()
+        )
 
     @staticmethod
     def _write_shm(session: PushSession, shm: pb.ShmRef) -> None:
@@ -196,6 +202,24 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
 
     def register(self, server: grpc.Server) -> None:
         pb_grpc.add_ParamServerServicer_to_server(self, server)
+
+
+def _until_cut(requests: Iterator[pb.PushRequest]) -> Iterator[pb.PushRequest]:
+    """The push's messages; `Cancelled` when its stream is cut (the client cancelled it, its
+    deadline passed, or the server is stopping) instead of grpc's bare RpcError."""
+    received = 0
+    while True:
+        try:
+            request = next(requests)
+        except StopIteration:
+            return
+        except grpc.RpcError:
+            raise Cancelled(
+                f"the push stream was cut after {received} messages (its client cancelled it, "
+                "its deadline passed, or the server is stopping)"
+            ) from None
+        received += 1
+        yield request
 
 
 def _stream_tensor(plan: PullPlan, meta: TensorMeta) -> Iterator[pb.PullReply]:

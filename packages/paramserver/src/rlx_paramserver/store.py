@@ -25,6 +25,7 @@ push takes 3.5 ms.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import itertools
 import math
@@ -43,7 +44,7 @@ import google_crc32c
 import numpy as np
 import tensorstore as ts
 
-from rlx_core.errors import Corrupt, InvalidArgument
+from rlx_core.errors import Corrupt, FailedPrecondition, InvalidArgument
 from rlx_core.rpc import dtype_from_name
 
 __all__ = ["PAGE", "TensorMeta", "TensorWriter", "Version", "chunk_key", "chunk_shape_for"]
@@ -145,7 +146,7 @@ class Version:
             # the files go with the last reference to this version (or at interpreter exit)
             self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
             kvstore = {"driver": "file", "path": self.dir + "/"}
-        self._kv = ts.KvStore.open(kvstore, context=self._context).result()
+        self._kv: ts.KvStore | None = ts.KvStore.open(kvstore, context=self._context).result()
         self._kvstore = kvstore
         self._paths = {m.name: f"{i}/" for i, m in enumerate(metas)}
         self.metas: dict[str, TensorMeta] = {m.name: m for m in metas}
@@ -159,6 +160,28 @@ class Version:
     def key(self, name: str) -> str:
         """Where tensor `name`'s chunks are, relative to the version's directory."""
         return self._paths[name]
+
+    @property
+    def kv(self) -> ts.KvStore:
+        if self._kv is None:
+            raise FailedPrecondition(f"version {self.version} was discarded")
+        return self._kv
+
+    def discard(self) -> None:
+        """Free the storage now, not with the last reference to this object (a failed push's
+        traceback can hold one until the garbage collector runs): wait for the writes in
+        flight (so none lands after), then remove the chunk files, or let go of the memory
+        kvstore. The version is unusable after."""
+        while self._pending:
+            future, _ = self._pending.popleft()
+            with contextlib.suppress(Exception):
+                future.result()
+        self._pending_bytes = 0
+        self._kv = None
+        self._arrays.clear()
+        self._context = ts.Context()  # the old one owned the memory kvstore's contents
+        if self.dir is not None:
+            self._cleanup()
 
     def array(self, name: str) -> ts.TensorStore:
         """Tensor `name` as a TensorStore zarr3 array (opened, with its metadata written, on
@@ -178,7 +201,7 @@ class Version:
         """Store one chunk's encoded bytes (C order, little endian, edge chunks padded). The
         write goes on in the background, with at most MAX_PENDING_BYTES of them in flight; a
         failed one raises here or in `settle`."""
-        future = self._kv.write((self._paths[name] + chunk_key(index)).encode(), data)
+        future = self.kv.write((self._paths[name] + chunk_key(index)).encode(), data)
         self._pending.append((future, len(data)))
         self._pending_bytes += len(data)
         while self._pending_bytes > MAX_PENDING_BYTES:
@@ -218,7 +241,7 @@ class Version:
 
     def _read_raw(self, name: str, index: tuple[int, ...]) -> bytes:
         meta = self.metas[name]
-        result = self._kv.read((self._paths[name] + chunk_key(index)).encode()).result()
+        result = self.kv.read((self._paths[name] + chunk_key(index)).encode()).result()
         if result.state != "value" or len(result.value) != meta.chunk_nbytes:
             raise Corrupt(
                 f"version {self.version} tensor {name!r}: chunk {index} is missing or has "

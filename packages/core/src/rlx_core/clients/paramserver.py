@@ -167,7 +167,8 @@ def _host_of(address: str) -> str:
 
 
 class _Segment:
-    """A file in /dev/shm made by this client, mapped read-write; unlinked by `unlink()`."""
+    """A file in /dev/shm made by this client, mapped read-write; unlinked and unmapped by
+    `close()`."""
 
     def __init__(self, nbytes: int) -> None:
         self.path = os.path.join(SHM_DIR, f"{SHM_PREFIX}{uuid.uuid4().hex}")
@@ -186,6 +187,14 @@ class _Segment:
     def unlink(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+
+    def close(self) -> None:
+        """Unlink and unmap now, not with the last reference: a failed push's exception keeps
+        this frame, and so the mapping and the file's pages on /dev/shm, alive."""
+        self.unlink()
+        self.buffer = np.empty(0, np.uint8)
+        with contextlib.suppress(BufferError):  # a view still out: it goes with that view
+            self.map.close()
 
 
 class _Libc:
@@ -342,7 +351,7 @@ class ParamServerClient(ServiceClient):
                 target=self.address,
             )
         finally:
-            segment.unlink()
+            segment.close()
         if not reply.ok:
             return False, reply.reason
         root = reply.store_root
@@ -430,7 +439,7 @@ class ParamServerClient(ServiceClient):
             raise from_rpc_error(e, target=self.address) from None
         finally:
             if segment is not None:
-                segment.unlink()
+                segment.close()
         if commit and not reply.committed:  # a server that predates PushHeader.commit
             raise FailedPrecondition(
                 f"{self.address}: version {version} was staged but not committed (the server "
