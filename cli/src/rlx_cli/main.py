@@ -2,16 +2,22 @@
 
 Only commands that work are registered. Commands that need JAX import it inside the command, so
 `rlx --help` and `rlx version` start fast and work where JAX is not installed.
+
+Errors: code that reads an input raises an RlxError naming it; `_RlxGroup` turns any that reaches
+it, from every command, into one line on stderr (`rlx: Type: message`) and exit code 1. An OSError
+(a path the system refused) gets the same treatment, naming the path, never a traceback.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import platform
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from rlx_cli._version import __version__
 from rlx_cli.model_cmd import model_app
@@ -23,13 +29,38 @@ from rlx_cli.snapshot_cmd import snapshot_app
 from rlx_cli.up_cmd import register as register_up
 from rlx_cli.verifier_cmd import verifier_app
 from rlx_core import DISTRIBUTIONS
+from rlx_core.errors import RlxError
 
 __all__ = ["PACKAGES", "app"]
 
 # Every rlx distribution, in the order of the README's tour.
 PACKAGES = (*DISTRIBUTIONS, "rlx-cli")
 
+
+def error_line(e: RlxError | OSError) -> str:
+    """The one line `rlx` prints for an error that ends a command."""
+    if isinstance(e, RlxError):
+        text = f"{type(e).__name__}: {e}"
+    else:
+        where = f": {e.filename}" if e.filename is not None else ""
+        text = f"{e.strerror or type(e).__name__}{where}"
+    return "rlx: " + " ".join(text.split())
+
+
+class _RlxGroup(TyperGroup):
+    """The root command: every subcommand runs inside its `invoke`, so this is the one place
+    where an error that reaches the top becomes one line and exit code 1."""
+
+    def invoke(self, ctx: Any) -> Any:  # a click Context (typer vendors click)
+        try:
+            return super().invoke(ctx)
+        except (RlxError, OSError) as e:
+            typer.echo(error_line(e), err=True)
+            raise typer.Exit(1) from None
+
+
 app = typer.Typer(
+    cls=_RlxGroup,
     name="rlx",
     help="rlx: reinforcement-learning post-training of LLMs on JAX, preemption-safe.",
     no_args_is_help=True,

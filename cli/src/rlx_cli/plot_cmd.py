@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from rlx_core.errors import InvalidArgument, NotFound
+from rlx_core.errors import Corrupt, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
     from rlx_core.storage import Storage
@@ -30,16 +30,25 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
     run writes the steps after its snapshot again).
 
     NotFound when the file is missing; InvalidArgument naming the file and line for a line that is
-    not a JSON object with an integer `step`. An unterminated last line that does not parse is a
+    not a JSON object with an integer `step`, Corrupt for a file that is not UTF-8, InvalidArgument
+    naming `run` when it is not a directory. An unterminated last line that does not parse is a
     write cut short by a kill and is skipped.
     """
     from rlx_controller.metrics import METRICS_FILE
 
     path = run / METRICS_FILE
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise NotFound(f"{path}: no such file (has the run made a step yet?)") from None
+    except NotADirectoryError:
+        raise InvalidArgument(f"{run}: not a directory (the run directory)") from None
+    except OSError as e:
+        raise InvalidArgument(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:
+        raise Corrupt(f"{path}: not UTF-8 text ({e.reason})") from None
     return parse_metrics(text, str(path))
 
 
@@ -48,10 +57,14 @@ def read_uploaded_metrics(storage: Storage) -> list[dict[str, Any]]:
     from rlx_controller.metrics import METRICS_PARTS, read_uploaded
 
     data = read_uploaded(storage)
+    where = storage.key_uri(METRICS_PARTS)
     if data is None:
-        where = storage.key_uri(METRICS_PARTS)
         raise NotFound(f"{where}: no metrics uploaded (has the run made a snapshot yet?)")
-    return parse_metrics(data.decode(), storage.key_uri(METRICS_PARTS))
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:
+        raise Corrupt(f"{where}: not UTF-8 text ({e.reason})") from None
+    return parse_metrics(text, where)
 
 
 def parse_metrics(text: str, path: str) -> list[dict[str, Any]]:
@@ -179,8 +192,11 @@ def draw_plot(records: list[dict[str, Any]], out: Path, name: str) -> Path:
     _throughput(ax_t, records)
     ax_m.set_xlabel("step")
     ax_t.set_xlabel("step")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, format="png")
+    except OSError as e:
+        raise InvalidArgument(f"{out}: cannot write the plot: {e.strerror or e}") from None
     return out
 
 
@@ -195,20 +211,14 @@ def plot(
     """Plot reward, held-out accuracy, mismatch and throughput per step as a PNG; print its path.
 
     A remote RUN is plotted from the metrics uploaded with its newest snapshot."""
-    from rlx_controller.rundir import is_remote
-    from rlx_core.errors import RlxError
-    from rlx_core.storage import open_storage
+    from rlx_controller.rundir import RunPaths
 
-    try:
-        if not is_remote(run):
-            path = write_plot(Path(run).resolve(), out.resolve() if out is not None else None)
-        else:
-            storage = open_storage(run)
-            where = (out or Path(PLOT_FILE)).resolve()
-            path = draw_plot(read_uploaded_metrics(storage), where, storage.uri)
-    except RlxError as e:
-        typer.echo(f"rlx: {e}", err=True)
-        raise typer.Exit(1) from None
+    paths = RunPaths.of(run)
+    if not paths.remote:
+        path = write_plot(paths.work, out.resolve() if out is not None else None)
+    else:
+        where = (out or Path(PLOT_FILE)).resolve()
+        path = draw_plot(read_uploaded_metrics(paths.storage), where, paths.uri)
     typer.echo(str(path))
 
 

@@ -25,10 +25,10 @@ snapshot_app = typer.Typer(
 
 
 def _store(run: str) -> Any:
+    from rlx_controller.rundir import RunPaths
     from rlx_controller.snapshot import SnapshotStore
-    from rlx_core.storage import open_storage
 
-    return SnapshotStore(open_storage(run))
+    return SnapshotStore(RunPaths.of(run).storage)
 
 
 def _fail(message: str) -> None:

@@ -106,7 +106,7 @@ def _drive(cfg: Any, paths: RunPaths, resume: bool, force: bool = False) -> None
 
     progress = Progress(steps=cfg.steps)
     live_ok = sys.stderr.isatty()
-    paths.work.mkdir(parents=True, exist_ok=True)
+    paths.make_work_dir()
     log_file = open(paths.work / "controller.log", "a")  # noqa: SIM115
 
     def log(message: str) -> None:
@@ -236,8 +236,11 @@ def up(
         holder = read_holder(paths.storage)
         if holder is not None and not holder.is_me() and holder.alive(time.time()):
             _fail(f"{paths.uri} is being run by {holder.describe(time.time())}")
-        paths.work.mkdir(parents=True, exist_ok=True)
-        cfg = _load_config(config, paths, overrides)
+        # a config file is checked before the run directory is created; the demo's is made in it
+        cfg = _load_config(config, paths, overrides) if config is not None else None
+        paths.make_work_dir()
+        if cfg is None:
+            cfg = _load_config(config, paths, overrides)
         paths.storage.put(CONFIG_FILE, to_toml(cfg, comments=False).encode())
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
@@ -245,16 +248,19 @@ def up(
 
 
 def _run_config(paths: RunPaths) -> Any:
-    """The config `rlx up` saved in the run directory; exits naming what is missing."""
+    """The config `rlx up` saved in the run directory, after checking its run.json; exits naming
+    what is missing or damaged, before anything is started or written."""
     from rlx_controller.run_config import loads_run_config
-    from rlx_controller.rundir import CONFIG_FILE
+    from rlx_controller.rundir import CONFIG_FILE, read_run_info, read_text
 
     try:
         if not paths.storage.exists(CONFIG_FILE):
             _fail(f"{paths.uri}: no {CONFIG_FILE} (not a run directory of `rlx up`)")
-        return loads_run_config(paths.storage.get(CONFIG_FILE).decode())
+        cfg = loads_run_config(read_text(paths.storage, CONFIG_FILE))
+        read_run_info(paths.storage)
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
+    return cfg
 
 
 def resume(
@@ -349,7 +355,7 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
     from rlx_cli.plot_cmd import read_metrics, read_uploaded_metrics
     from rlx_controller.lease import read_holder
     from rlx_controller.providers.local import read_services, runs_service
-    from rlx_controller.rundir import CONFIG_FILE
+    from rlx_controller.rundir import CONFIG_FILE, read_text
     from rlx_controller.snapshot import SnapshotStore
 
     run = paths.work
@@ -358,8 +364,8 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
         raise NotFound(f"{where}: no such run directory")
     steps: int | None = None
     config: dict[str, Any] = {}
-    with contextlib.suppress(RlxError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        config = tomllib.loads(paths.storage.get(CONFIG_FILE).decode())
+    with contextlib.suppress(RlxError, tomllib.TOMLDecodeError):
+        config = tomllib.loads(read_text(paths.storage, CONFIG_FILE))
         steps = config.get("steps")
     services: dict[str, Any] = {}
     workers: dict[str, Any] = {}

@@ -13,16 +13,21 @@ For a local run directory both are the same directory. For a remote one the work
 
     paths = RunPaths.of("s3://bucket/runs/r1")  # work dir defaulted
     paths.storage.get("config.toml"); paths.work / "token"
+
+A local run directory that is not a directory (a regular file, a path through one) is refused
+when it is named, and the files read from a run directory (`read_text`, `read_run_info`) fail with
+an RlxError naming them when they are not what rlx wrote.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlx_core.errors import InvalidArgument
+from rlx_core.errors import Corrupt, InvalidArgument
 from rlx_core.storage import Storage, open_storage
 
 __all__ = [
@@ -31,8 +36,11 @@ __all__ = [
     "RUN_INFO",
     "SUMMARY_FILE",
     "RunPaths",
+    "check_local_dir",
     "default_work_dir",
     "is_remote",
+    "read_run_info",
+    "read_text",
 ]
 
 CONFIG_FILE = "config.toml"  # the run's config as `rlx up` resolved it (`rlx resume` reads it)
@@ -60,6 +68,45 @@ def default_work_dir(uri: str) -> Path:
     return Path(cache, "rlx", "runs", scheme, *parts)
 
 
+def check_local_dir(path: Path, what: str = "run directory") -> None:
+    """InvalidArgument naming `path` unless it is a directory or could become one (nothing on
+    its way to it is a file)."""
+    if path.exists() and not path.is_dir():
+        raise InvalidArgument(f"{path}: not a directory (the {what})")
+    for parent in path.parents:
+        if parent.is_dir():
+            return
+        if parent.exists():
+            raise InvalidArgument(f"{path}: {parent} is not a directory (the {what})")
+
+
+def read_text(storage: Storage, key: str) -> str:
+    """The UTF-8 text of a run-directory file; Corrupt naming it when it is not UTF-8."""
+    data = storage.get(key)
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise Corrupt(f"{storage.key_uri(key)}: not UTF-8 text ({e.reason})") from None
+
+
+def read_run_info(storage: Storage) -> dict[str, str] | None:
+    """`run.json` ({"run_id", "config_hash"}), or None when there is none; Corrupt naming it when
+    it is truncated, not UTF-8 or not that object."""
+    if not storage.exists(RUN_INFO):
+        return None
+    where = storage.key_uri(RUN_INFO)
+    try:
+        info = json.loads(read_text(storage, RUN_INFO))
+    except ValueError as e:
+        raise Corrupt(f"{where}: not valid JSON (truncated?): {e}") from None
+    if not (isinstance(info, dict) and all(isinstance(info.get(k), str) for k in _RUN_INFO_KEYS)):
+        raise Corrupt(f"{where}: expected a JSON object with string {' and '.join(_RUN_INFO_KEYS)}")
+    return info
+
+
+_RUN_INFO_KEYS = ("run_id", "config_hash")
+
+
 @dataclass(frozen=True)
 class RunPaths:
     """The run directory's normalised URI and storage, and the local work directory."""
@@ -77,10 +124,12 @@ class RunPaths:
         cls, run_dir: str | os.PathLike[str], work_dir: str | os.PathLike[str] | None = None
     ) -> RunPaths:
         """RunPaths of a run directory; `work_dir` only matters for a remote one (a local run
-        directory is its own work directory, and a different `work_dir` is refused)."""
+        directory is its own work directory, and a different `work_dir` is refused).
+        InvalidArgument naming a local run or work directory that cannot be a directory."""
         storage = open_storage(os.fspath(run_dir))
         if not is_remote(storage.uri):
             work = Path(storage.uri)
+            check_local_dir(work)
             if work_dir is not None and Path(work_dir).resolve() != work:
                 raise InvalidArgument(
                     f"work_dir: {work_dir}: a local run directory ({work}) is its own work "
@@ -91,4 +140,15 @@ class RunPaths:
             work = (
                 Path(work_dir).resolve() if work_dir is not None else default_work_dir(storage.uri)
             )
+            check_local_dir(work, f"work directory of {storage.uri}")
         return cls(uri=storage.uri, storage=storage, work=work)
+
+    def make_work_dir(self) -> Path:
+        """Create the work directory (the run directory, when local); InvalidArgument naming it
+        when that fails."""
+        try:
+            self.work.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            what = "run directory" if not self.remote else f"work directory of {self.uri}"
+            raise InvalidArgument(f"{self.work}: cannot create the {what}: {e.strerror}") from None
+        return self.work

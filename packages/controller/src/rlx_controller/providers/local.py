@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from rlx_core.clients import LifecycleClient
-from rlx_core.errors import DeadlineExceeded, InvalidArgument, RlxError, Unavailable
+from rlx_core.errors import Corrupt, DeadlineExceeded, InvalidArgument, RlxError, Unavailable
 from rlx_core.lifecycle import StatusInfo
 
 __all__ = [
@@ -382,15 +382,19 @@ def runs_service(handle: ServiceHandle) -> bool:
 
 
 def read_services(run_dir: str | os.PathLike[str]) -> dict[str, ServiceHandle]:
-    """The services a local run recorded (for `rlx status` / `rlx down` from another terminal)."""
+    """The services a local run recorded (for `rlx status` / `rlx down` from another terminal);
+    Corrupt naming the file when it is not what a run writes."""
     path = Path(run_dir) / STATE_FILE
     if not path.exists():
         return {}
-    raw = json.loads(path.read_text())
-    return {
-        name: ServiceHandle(**{k: v for k, v in entry.items() if k != "alive"})
-        for name, entry in raw.items()
-    }
+    try:
+        raw = json.loads(path.read_bytes())
+        return {
+            name: ServiceHandle(**{k: v for k, v in entry.items() if k != "alive"})
+            for name, entry in raw.items()
+        }
+    except (ValueError, TypeError, AttributeError) as e:  # torn, not UTF-8, or foreign
+        raise Corrupt(f"{path}: not a services file of rlx ({type(e).__name__}: {e})") from None
 
 
 def _pump(child: _Child) -> None:
