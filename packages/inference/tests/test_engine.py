@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlx_core.clients.inference import Sampling, WorkUnit
-from rlx_core.errors import ConfigError, FailedPrecondition, InvalidArgument
+from rlx_core.errors import Cancelled, ConfigError, FailedPrecondition, InvalidArgument
 from rlx_inference.config import EngineConfig
 from rlx_inference.engine import Engine
 from rlx_model import forward, init_params, load_checkpoint, logits, tiny_config
@@ -241,6 +241,11 @@ def test_interruptible_mode_recomputes_and_tags_versions() -> None:
         ({"max_new_tokens": 60}, "max_new_tokens"),
         ({"seeds": (1,)}, "seeds"),
         ({"sampling": Sampling(temperature=0.0)}, "sampling.temperature"),
+        ({"sampling": Sampling(temperature=float("inf"))}, r"sampling.temperature: .*finite"),
+        ({"sampling": Sampling(temperature=float("nan"))}, "sampling.temperature"),
+        ({"sampling": Sampling(greedy=True, temperature=-1.0)}, "sampling.temperature"),
+        ({"sampling": Sampling(top_p=float("nan"))}, "sampling.top_p"),
+        ({"sampling": Sampling(top_k=-1)}, "sampling.top_k"),
         ({"sampling": Sampling(top_p=1.5)}, "sampling.top_p"),
         ({"stop_token_ids": (-1,)}, "stop_token_ids"),
     ],
@@ -248,6 +253,37 @@ def test_interruptible_mode_recomputes_and_tags_versions() -> None:
 def test_malformed_units_name_the_field(change: dict, field: str) -> None:
     with pytest.raises(InvalidArgument, match=field):
         engine().generate(unit(**change))
+
+
+def test_greedy_takes_temperature_zero() -> None:
+    greedy = Sampling(greedy=True)
+    assert outputs(engine().generate(unit(sampling=replace(greedy, temperature=0.0)))) == outputs(
+        engine().generate(unit(sampling=greedy))
+    )
+
+
+def test_a_cancelled_unit_frees_its_blocks_and_changes_no_later_unit() -> None:
+    """Cancelled at a boundary (here the 6th), a unit raises Cancelled, returns every block, and
+    the next unit's tokens and log-probs are bit-identical to those it has on a fresh engine."""
+    target = unit()
+    alone = outputs(engine().generate(target))
+    eng = engine()
+    boundaries = iter(range(1_000_000))
+    big = unit(PROMPTS, g=8, max_new_tokens=40, seeds=tuple(range(len(PROMPTS) * 8)))
+    with pytest.raises(Cancelled, match=r"work unit 'u': cancelled .* of 48 samples"):
+        eng.generate(big, cancelled=lambda: next(boundaries) >= 5)
+    assert eng.free_blocks == eng.total_blocks
+    assert (eng.progress.queued, eng.progress.active) == (0, 0)
+    assert (eng.cancelled_units, eng.units_done) == (1, 0)
+    assert outputs(eng.generate(target)) == alone
+    assert eng.free_blocks == eng.total_blocks
+
+
+def test_a_unit_cancelled_before_it_starts_computes_nothing() -> None:
+    eng = engine()
+    with pytest.raises(Cancelled, match="after 0 of 12 samples"):
+        eng.generate(unit(), cancelled=lambda: True)
+    assert eng.tokens_done == 0 and eng.free_blocks == eng.total_blocks
 
 
 def test_cache_smaller_than_one_sequence_is_a_config_error() -> None:

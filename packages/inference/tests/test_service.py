@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import jax
 import pytest
 
 from rlx_core.clients import InferenceClient, Sampling, WorkUnit
-from rlx_core.errors import FailedPrecondition, InvalidArgument, Unauthenticated
+from rlx_core.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, Unauthenticated
 from rlx_model import init_params, tiny_config
 
 from .conftest import flat
@@ -152,3 +153,50 @@ def test_forced_reload_mid_unit(servers, interruptible: bool) -> None:
             tags = {v for r in result.rollouts for v in r.versions}
             assert tags == {1, 2}
             assert all(len(r.token_ids) == 300 for r in result.rollouts)
+
+
+def test_units_past_the_configured_caps_are_refused_naming_field_and_cap(servers) -> None:
+    ps = servers["paramserver"]()
+    with ps.paramserver() as c:
+        c.push(1, flat(V1))
+    limits = {"max_prompts": 4, "max_samples_per_prompt": 3, "max_samples": 8}
+    worker = servers["inference"](config([ps.address], limits=limits))
+    with worker.inference() as client:
+        client.load_version(1)
+        for unit, match in [
+            (work(1, n=5, g=1), r"prompts: 5 prompts, more than this worker's max_prompts \(4;"),
+            (work(1, n=1, g=4), r"samples_per_prompt: 4, more than .* \(3;"),
+            (work(1, n=3, g=3), r"samples_per_prompt: 3 prompts x 3 = 9 samples, more than"),
+            (work(1, sampling=Sampling(temperature=float("inf"))), "sampling.temperature"),
+        ]:
+            with pytest.raises(InvalidArgument, match=match):
+                client.generate(unit)
+        assert len(client.generate(work(1, n=4, g=2)).rollouts) == 8  # at the caps
+    # the defaults refuse the unit of the report (G = 200000) before it waits or runs
+    default = servers["inference"](config([ps.address]))
+    g = 200_000
+    huge = work(1, n=1, g=g)
+    with pytest.raises(InvalidArgument, match=r"samples_per_prompt: 200000, more than"):
+        default.service.generate(replace(huge, seeds=tuple(range(g))))
+
+
+def test_a_unit_whose_caller_gave_up_stops_and_the_next_unit_is_served(servers) -> None:
+    """A unit of 8 x 1024 samples (minutes of work here) with a 1 s deadline: the worker stops
+    it at its next boundary once the call is gone, so a valid unit right after is served within
+    a generous deadline, with the same tokens as before the cancelled unit ran."""
+    ps = servers["paramserver"]()
+    with ps.paramserver() as c:
+        c.push(1, flat(V1))
+    worker = servers["inference"](config([ps.address]))
+    with worker.inference() as client:
+        client.load_version(1)
+        before = client.generate(work(1))
+        big = work(1, n=8, g=1024, max_new=400)
+        with pytest.raises(DeadlineExceeded):
+            client.generate(replace(big, seeds=tuple(range(8 * 1024))), timeout=1.0)
+        after = client.generate(work(1), timeout=60)
+        assert after.rollouts == before.rollouts
+        status = client.status()
+        assert status.free_blocks == status.total_blocks and status.active == 0
+        assert worker.service.engine.cancelled_units == 1
+        assert worker.service.lifecycle.info["units_cancelled"] == "1"

@@ -5,7 +5,7 @@ probs) serving work units.
 """
 
 from rlx_inference._version import __version__
-from rlx_inference.config import InferenceConfig, ModelSource, ParamServerLink
+from rlx_inference.config import InferenceConfig, ModelSource, ParamServerLink, UnitLimits
 from rlx_inference.engine import Engine, enable_compile_cache, params_from_flat
 from rlx_inference.server import serve
 from rlx_inference.service import InferenceService, load_model
@@ -16,6 +16,7 @@ __all__ = [
     "InferenceService",
     "ModelSource",
     "ParamServerLink",
+    "UnitLimits",
     "__version__",
     "enable_compile_cache",
     "load_model",

@@ -8,7 +8,7 @@ from typing import Literal
 from rlx_core.errors import ConfigError
 from rlx_core.serving import ServerConfig
 
-__all__ = ["EngineConfig", "InferenceConfig", "ModelSource", "ParamServerLink"]
+__all__ = ["EngineConfig", "InferenceConfig", "ModelSource", "ParamServerLink", "UnitLimits"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +83,24 @@ class ParamServerLink:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UnitLimits:
+    """The largest work unit a worker takes: past a cap, Generate answers INVALID_ARGUMENT
+    before the unit waits its turn. A prompt plus max_new_tokens is capped by
+    engine.max_context. The defaults take the controller's units with room: a training unit is
+    prompts_per_unit x group_size (32 x 8 in the demo), an evaluation unit a held-out split
+    divided among the workers (500 prompts x 1 in the demo)."""
+
+    max_prompts: int = 8192  # prompts in one unit, >= 1
+    max_samples_per_prompt: int = 1024  # G, samples drawn per prompt, >= 1
+    max_samples: int = 65536  # prompts x G in one unit, >= 1
+
+    def __post_init__(self) -> None:
+        for name in ("max_prompts", "max_samples_per_prompt", "max_samples"):
+            if getattr(self, name) < 1:
+                raise ConfigError("must be >= 1", field=f"limits.{name}", value=getattr(self, name))
+
+
+@dataclass(frozen=True, kw_only=True)
 class InferenceConfig:
     """Everything `rlx-inference` reads from its TOML file and flags."""
 
@@ -90,6 +108,7 @@ class InferenceConfig:
     model: ModelSource = field(default_factory=lambda: ModelSource(builtin="tiny"))
     engine: EngineConfig = field(default_factory=EngineConfig)
     paramserver: ParamServerLink = field(default_factory=ParamServerLink)
+    limits: UnitLimits = field(default_factory=UnitLimits)  # the largest unit Generate takes
     worker_index: int = 0  # this worker's index i; it pulls from replica i mod R, >= 0
 
     def __post_init__(self) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from rlx_core.clients.inference import GenerateResult, Rollout, WorkUnit
-from rlx_core.errors import ConfigError, FailedPrecondition, InvalidArgument
+from rlx_core.errors import Cancelled, ConfigError, FailedPrecondition, InvalidArgument
 from rlx_inference.blocks import BlockPool
 from rlx_inference.config import EngineConfig
 from rlx_inference.mesh import init_cache, on_mesh, place_params
@@ -303,6 +303,7 @@ class Engine:
         self.units_done = 0
         self.tokens_done = 0
         self.discarded_partial = 0
+        self.cancelled_units = 0  # units stopped because their caller went away
         self.shared_prefills = 0  # samples whose prompt was copied from a sibling's, not computed
         self.last_tokens_per_s = 0.0
         self._tables = np.zeros((config.slots, self.width), np.int32)
@@ -317,11 +318,18 @@ class Engine:
     # --- the unit -------------------------------------------------------------------------
 
     def generate(
-        self, unit: WorkUnit, *, poll: Callable[[], Swap | None] | None = None
+        self,
+        unit: WorkUnit,
+        *,
+        poll: Callable[[], Swap | None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> GenerateResult:
         """Every sample of `unit`. `poll()` runs at each boundary; a Swap it returns is a forced
         reload: the partial rollouts are discarded (FailedPrecondition) or, in interruptible
-        mode, recomputed with the new weights."""
+        mode, recomputed with the new weights. `cancelled()` runs at each boundary and before
+        each prefill call; true (nobody waits for the unit any more) stops it with `Cancelled`.
+        Stopping leaves nothing behind that a later unit could see: its blocks go back to the
+        pool, and a unit's numbers never depend on which blocks it gets or what they held."""
         unit.check(vocab_size=self.cfg.vocab_size, max_context=self.config.max_context)
         if unit.version != self.version:
             raise FailedPrecondition(
@@ -342,14 +350,25 @@ class Engine:
         queue: deque[_Seq] = deque(seqs)
         slots: list[_Seq | None] = [None] * self.config.slots
         recomputed = 0
+
+        def stop_if_cancelled() -> None:
+            if cancelled is not None and cancelled():
+                done = sum(q.finish is not None for q in seqs)
+                self.cancelled_units += 1
+                raise Cancelled(
+                    f"work unit {unit.unit_id!r}: cancelled (its caller went away or its "
+                    f"deadline passed) after {done} of {len(seqs)} samples"
+                )
+
         try:
             while queue or any(slots):
+                stop_if_cancelled()
                 swap = poll() if poll is not None else None
                 if swap is not None:
                     recomputed += self._reload(unit, swap, slots, queue)
                 admitted = self._admit(queue, slots)
                 if admitted:
-                    self._prefill(admitted, knobs, stops, stop_seqs)
+                    self._prefill(admitted, knobs, stops, stop_seqs, stop_if_cancelled)
                 self._retire(slots)
                 self.progress = Progress(len(queue), sum(x is not None for x in slots))
                 if any(slots):
@@ -465,6 +484,7 @@ class Engine:
         knobs: tuple[np.generic, ...],
         stops: set[int],
         stop_seqs: list[list[int]],
+        check: Callable[[], None],
     ) -> None:
         """Prefill `seqs`, longest first (ties in admission order), in groups whose rows x padded
         length fit the budget: similar lengths share a call, so little of its attention is
@@ -484,6 +504,7 @@ class Engine:
         prompts = list(shared.values())
         i = 0
         while i < len(prompts):
+            check()  # a cancelled unit stops between prefill calls too
             group = [prompts[i]]
             length = self._bucket_len(len(prompts[i][0].context))  # the longest of the group
             for _ in prompts[i + 1 :]:

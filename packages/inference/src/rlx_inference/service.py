@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,15 +30,37 @@ from rlx_core.clients.paramserver import ParamServerClient, replica_for
 from rlx_core.errors import FailedPrecondition, InvalidArgument, Unavailable
 from rlx_core.lifecycle import Lifecycle
 from rlx_inference._version import __version__
-from rlx_inference.config import InferenceConfig
+from rlx_inference.config import InferenceConfig, UnitLimits
 from rlx_inference.engine import Engine, Swap, params_from_flat
 from rlx_inference.mesh import engine_mesh
 from rlx_model import TINY_CONFIGS, ModelConfig, Params, load_checkpoint, load_config
 from rlx_model.distributed import Lockstep, on_every_process
 
-__all__ = ["InferenceService", "load_model"]
+__all__ = ["InferenceService", "check_limits", "load_model"]
 
 log = logging.getLogger(__name__)
+
+
+def check_limits(unit: WorkUnit, limits: UnitLimits) -> None:
+    """InvalidArgument naming the first field of `unit` past a cap of `limits`."""
+    g = unit.samples_per_prompt
+    n = len(unit.prompts)
+    if n > limits.max_prompts:
+        raise _over("prompts", f"{n} prompts", n, "max_prompts", limits.max_prompts)
+    if g > limits.max_samples_per_prompt:
+        cap = limits.max_samples_per_prompt
+        raise _over("samples_per_prompt", str(g), g, "max_samples_per_prompt", cap)
+    if unit.num_samples > limits.max_samples:
+        what = f"{n} prompts x {g} = {unit.num_samples} samples"
+        raise _over("samples_per_prompt", what, g, "max_samples", limits.max_samples)
+
+
+def _over(name: str, what: str, value: int, cap: str, limit: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"{name}: {what}, more than this worker's {cap} ({limit}; limits.{cap} in its config)",
+        field=name,
+        value=value,
+    )
 
 
 def load_model(config: InferenceConfig) -> tuple[ModelConfig, Params | None]:
@@ -109,18 +132,32 @@ class InferenceService:
 
     # --- the RPCs -------------------------------------------------------------------------
 
-    def generate(self, unit: WorkUnit) -> GenerateResult:
+    def generate(
+        self, unit: WorkUnit, *, cancelled: Callable[[], bool] | None = None
+    ) -> GenerateResult:
+        """All rollouts of `unit`, checked first (its fields, and the caps of `config.limits`)
+        so a unit that cannot run never waits its turn. `cancelled()` true (its caller went
+        away) stops the unit at its next boundary with `Cancelled`, so the next unit runs."""
         if not self.lifecycle.accepting_work():
             raise Unavailable(f"inference is {self.lifecycle.state.name}: not taking work units")
+        check_limits(unit, self.config.limits)
+        engine = self.engine
+        unit.check(vocab_size=engine.cfg.vocab_size, max_context=engine.config.max_context)
         with self._pending_lock:
             self._waiting += 1
         try:
+            if self.lockstep is None:
+                return self._run(unit, cancelled)
+            # every process makes the same calls, so none stops alone: no cancellation
             return self._generate(unit)
         finally:
             self._set_info()
 
     @on_every_process
     def _generate(self, unit: WorkUnit) -> GenerateResult:
+        return self._run(unit, None)
+
+    def _run(self, unit: WorkUnit, cancelled: Callable[[], bool] | None) -> GenerateResult:
         with self._unit_lock:
             with self._pending_lock:  # other processes count no waiting calls (no Status)
                 self._waiting = max(0, self._waiting - 1)
@@ -132,7 +169,7 @@ class InferenceService:
                 )
             # in lockstep no forced reload can arrive mid-unit (calls do not overlap)
             poll = self._take_pending if self.lockstep is None else None
-            return self.engine.generate(unit, poll=poll)
+            return self.engine.generate(unit, poll=poll, cancelled=cancelled)
 
     @on_every_process
     def load_version(self, version: int, *, force: bool = False) -> LoadResult:
@@ -220,6 +257,7 @@ class InferenceService:
                 "cache_blocks": str(e.total_blocks),
                 "units_done": str(e.units_done),
                 "discarded_partial": str(e.discarded_partial),
+                "units_cancelled": str(e.cancelled_units),
             }
         )
 

@@ -31,7 +31,12 @@ class InferenceServicer(pb_grpc.InferenceServicer):
     ) -> pb.GenerateReply:
         if not request.HasField("unit"):
             raise InvalidArgument("unit: the request carries no work unit", field="unit")
-        return result_to_proto(self._service.generate(unit_from_proto(request.unit)))
+        # a call cancelled or past its deadline is no longer active: the engine stops the unit
+        # at its next boundary instead of computing rollouts nobody will read
+        result = self._service.generate(
+            unit_from_proto(request.unit), cancelled=lambda: not context.is_active()
+        )
+        return result_to_proto(result)
 
     def LoadVersion(
         self, request: pb.LoadVersionRequest, context: grpc.ServicerContext

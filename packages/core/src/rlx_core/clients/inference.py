@@ -12,6 +12,7 @@ without importing the engine:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import grpc
@@ -42,7 +43,7 @@ class Sampling:
     """How each next token is chosen (the same for every sample of a unit)."""
 
     greedy: bool = False  # argmax; the other fields are ignored
-    temperature: float = 1.0  # logits are divided by it, > 0
+    temperature: float = 1.0  # logits are divided by it, finite and > 0 (>= 0 when greedy)
     top_k: int = 0  # keep the k most likely tokens, >= 0; 0 keeps all
     top_p: float = 1.0  # keep the smallest set with this much probability, (0, 1]
 
@@ -118,8 +119,9 @@ def _check_ids(name: str, ids: tuple[int, ...], vocab_size: int) -> None:
 
 
 def _check_sampling(s: Sampling) -> None:
-    if not s.greedy and not s.temperature > 0:
-        raise _bad("sampling.temperature", "must be > 0", s.temperature)
+    t = s.temperature
+    if not math.isfinite(t) or t < 0 or (t == 0 and not s.greedy):
+        raise _bad("sampling.temperature", "must be finite and > 0 (>= 0 when greedy)", t)
     if not 0 < s.top_p <= 1:
         raise _bad("sampling.top_p", "must be in (0, 1]", s.top_p)
     if s.top_k < 0:
