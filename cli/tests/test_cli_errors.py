@@ -160,3 +160,11 @@ def test_a_bad_address(
 ) -> None:
     monkeypatch.setenv("RLX_TOKEN", "a-token-of-enough-length")
     fails_cleanly([*command, address], address, tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe" + BINARY, BINARY], ids=["not-utf8", "not-json"])
+def test_verifier_upload_of_a_binary_dataset(content: bytes, tmp_path: Path) -> None:
+    dataset = tmp_path / "problems.jsonl"
+    dataset.write_bytes(content)
+    args = ["verifier", "upload", str(dataset), str(tmp_path / "repo"), "--unsafe-no-sandbox"]
+    fails_cleanly(args, f"{dataset}:1: not", tmp_path)

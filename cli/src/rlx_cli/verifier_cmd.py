@@ -54,7 +54,7 @@ def upload(
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 console=console,
-                disable=json_output,
+                disable=json_output or not console.is_terminal,  # no bar in a log
             ) as bar,
         ):
             task = bar.add_task("upload", total=None)

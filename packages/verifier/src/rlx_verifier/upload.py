@@ -52,12 +52,17 @@ def _tests(row: dict[str, Any], where: str) -> list[tuple[str, str]]:
 
 
 def read_dataset(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, row) per non-empty line; InvalidArgument naming the line for bad JSON."""
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
+    """(where, row) per non-empty line; InvalidArgument naming the line for bad JSON or text that
+    is not UTF-8."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            where = f"{os.fspath(path)}:{n}"
+            try:
+                line = raw.decode()
+            except UnicodeDecodeError as e:
+                raise InvalidArgument(f"{where}: not UTF-8 text ({e.reason})") from None
             if not line.strip():
                 continue
-            where = f"{os.fspath(path)}:{n}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
