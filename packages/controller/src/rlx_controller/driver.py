@@ -42,12 +42,19 @@ import numpy as np
 
 from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilter, mixture_sources
 from rlx_controller.lease import Lease
+from rlx_controller.liveness import Liveness, NotAnswering
 from rlx_controller.metrics import METRICS_FILE, MetricsUpload, MetricsWriter
 from rlx_controller.mixture import PromptMixture
 from rlx_controller.rng import sample_seed
 from rlx_controller.rollout_log import RolloutLog
 from rlx_controller.run_config import RunConfig, config_hash
-from rlx_controller.rundir import CONTROLLER_PID, RUN_INFO, SUMMARY_FILE, RunPaths
+from rlx_controller.rundir import (
+    CONTROLLER_PID,
+    RUN_INFO,
+    SUMMARY_FILE,
+    RunPaths,
+    read_run_info,
+)
 from rlx_controller.schedule import (
     GroupRef,
     Schedule,
@@ -74,6 +81,7 @@ from rlx_core.errors import (
     Corrupt,
     DeadlineExceeded,
     FailedPrecondition,
+    NotFound,
     RlxError,
     Unavailable,
 )
@@ -228,7 +236,12 @@ def _all_equal(samples: list[dict[str, Any]]) -> bool:
 
 
 class ComponentFailed(RlxError):
-    """A service died or stopped answering: restart and resume from the newest snapshot."""
+    """A service died or stopped answering: restart and resume from the newest snapshot.
+    `service` names the one that stopped answering ("" when not known)."""
+
+    def __init__(self, message: str, *, service: str = "") -> None:
+        super().__init__(message, service=service)
+        self.service = service
 
 
 class Stop(Exception):
@@ -273,7 +286,9 @@ def _retry(
     dead: Callable[[], list[str]] = list,
 ) -> Any:
     """fn() with exponential backoff while it raises Unavailable / DeadlineExceeded; a dead
-    local service ends the retries at once (it needs a restart, not patience)."""
+    local service ends the retries at once (it needs a restart, not patience). `what` starts
+    with the name of the service called ("trainer step")."""
+    service = what.split(" ", 1)[0]
     start = time.monotonic()
     delay = 0.5
     while True:
@@ -284,7 +299,9 @@ def _retry(
             if gone:
                 raise ComponentFailed(f"{what}: {', '.join(gone)} not running: {e}") from e
             if time.monotonic() - start + delay > deadline_s:
-                raise ComponentFailed(f"{what}: no answer within {deadline_s:.0f} s: {e}") from e
+                raise ComponentFailed(
+                    f"{what}: no answer within {deadline_s:.0f} s: {e}", service=service
+                ) from e
             log(f"{what}: {type(e).__name__}; retrying in {delay:.1f} s")
             time.sleep(delay)
             delay = min(delay * 2, 8.0)
@@ -347,6 +364,8 @@ class Driver:
         self._snapshot_thread: ThreadPoolExecutor | None = None  # writes reload snapshots
         self._pending_snapshot: Future[None] | None = None
         self._lease: Lease | None = None  # this run's, while run() runs
+        self._checkpoints: dict[int, str] = {}  # step -> uri of the trainer's checkpoints
+        self._liveness: Liveness | None = None  # status pings of the services, once connected
 
     # --- output -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -395,6 +414,11 @@ class Driver:
         self.workers = [InferenceClient(s.address(n), token_file=tf) for n in s.workers]
         self.verifiers = [VerifierClient(s.address(n), token_file=tf) for n in s.verifiers]
         self.paramserver = ParamServerClient(s.address(s.paramservers[0]), token_file=tf)
+        self._liveness = Liveness(
+            {name: h.address for name, h in s.provider.handles.items()},
+            tf,
+            deadline_s=self.deadline_s,
+        )
         self._reset_worker_state()
         for name, h in s.provider.handles.items():
             self.progress.components[name] = f"up {h.address}"
@@ -406,6 +430,9 @@ class Driver:
         self._loaded: list[int | None] = [None] * len(self.workers)
 
     def _close_clients(self) -> None:
+        if self._liveness is not None:
+            self._liveness.close()
+            self._liveness = None
         for c in [
             getattr(self, "trainer", None),
             getattr(self, "paramserver", None),
@@ -416,13 +443,19 @@ class Driver:
                 c.close()
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
+        """fn() through `_retry`; a call to a service that stops answering status calls (it
+        hangs) is given up after the component deadline (rlx_controller.liveness)."""
+        liveness, service = self._liveness, what.split(" ", 1)[0]
+        watched = fn if liveness is None else functools.partial(liveness.call, fn, service)
         try:
             dead = self.services.provider.dead if self.services is not None else list
-            return _retry(fn, what, self.deadline_s, self.log, dead)
+            return _retry(watched, what, self.deadline_s, self.log, dead)
+        except NotAnswering as e:
+            raise ComponentFailed(f"{what}: {e}", service=e.service) from e
         except ComponentFailed:
             raise
         except _TRANSIENT as e:
-            raise ComponentFailed(f"{what}: {e}") from e
+            raise ComponentFailed(f"{what}: {e}", service=what.split(" ", 1)[0]) from e
 
     # --- prompts and units --------------------------------------------------------------------
     def _prompt(self, dataset: str, row: int) -> Prompt:
@@ -486,8 +519,8 @@ class Driver:
         return self._verify(samples, key)
 
     def _verify(self, samples: list[VerifySample], key: int) -> list[Any]:
-        v = self.verifiers[key % len(self.verifiers)]
-        return list(self._call(lambda: v.verify(samples), "verifier"))
+        i = key % len(self.verifiers)
+        return list(self._call(lambda: self.verifiers[i].verify(samples), f"verifier-{i} verify"))
 
     def run_unit(self, unit: WorkUnit) -> dict[str, Any]:
         """A unit's scored rollouts: from the rollout log when logged, else generated, scored and
@@ -781,13 +814,32 @@ class Driver:
 
     # --- snapshots --------------------------------------------------------------------------
     def _params_hash(self, version: int) -> str:
-        _, specs = self._call(lambda: self.paramserver.manifest(version), "paramserver manifest")
+        _, specs = self._call(lambda: self.paramserver.manifest(version), "paramserver-0 manifest")
         return params_hash(specs)
+
+    def _resume_point(self, step: int) -> tuple[int, str] | None:
+        """The checkpoint a snapshot at `step` names: the newest one at or below the oldest
+        version a batch from `step` on is generated with (v(step); `step` itself at the end).
+        A newer checkpoint would leave a resume without that version: batch `step`, not yet in
+        the rollout log, could never be generated again. None: replay from step 0."""
+        need = self._oldest_version_needed(step)
+        usable = [s for s in self._checkpoints if s <= need]
+        if not usable:
+            return None
+        best = max(usable)
+        return best, self._checkpoints[best]
+
+    def _oldest_version_needed(self, step: int) -> int:
+        """The oldest version the batches from `step` on are generated with."""
+        return step if step >= self.cfg.steps else self.schedule.version(step)
+
+    def _save_checkpoint(self) -> None:
+        step, uri = self._call(self.trainer.save_checkpoint, "trainer checkpoint")
+        self._checkpoints[step] = uri
 
     def _snapshot(
         self,
         step: int,
-        ckpt: tuple[int, str] | None,
         reason: str,
         outstanding: list[WorkUnit],
         totals: dict[str, float],
@@ -800,6 +852,7 @@ class Driver:
         A snapshot not yet written when the process dies is simply absent: resume starts from
         the one before it."""
         self._wait_snapshot()
+        ckpt = self._resume_point(step)
         state = self.schedule.state_before(step)
         fields: dict[str, Any] = {
             "run_id": self.run_id,
@@ -870,8 +923,9 @@ class Driver:
             lease.release()
 
     def _run_leased(self, resume: bool, start: float) -> RunSummary:
-        if resume and self.storage.exists(RUN_INFO):
-            info = json.loads(self.storage.get(RUN_INFO))
+        found = read_run_info(self.storage) if resume else None
+        if found is not None:
+            info = found
             if info["config_hash"] != self.hash:
                 raise RlxError(f"{self.run_dir}: the config differs from the run's (hash)")
             self.run_id = info["run_id"]
@@ -934,8 +988,25 @@ class Driver:
                 self.log(f"{e}; restarting dead services, resuming from the newest snapshot")
                 assert self.services is not None
                 self._close_clients()
-                self.services.restart_dead(self.log)
+                restarted = self.services.restart_dead(self.log)
+                if e.service and e.service not in restarted:
+                    self.services.restart_hung(e.service, self.log)
                 self._connect()
+                self._clear_paramservers()
+
+    def _clear_paramservers(self) -> None:
+        """Drop every version the live paramserver replicas hold before a resume in this process.
+        The resume pushes the versions from its checkpoint on again (the same bytes); left in
+        place, the newer ones would make each replayed version the oldest, evicted the moment it
+        is committed, before the workers that need it pull it."""
+        assert self.services is not None
+        tf = str(self.services.token_file)
+        for name in self.services.paramservers:
+            with ParamServerClient(self.services.address(name), token_file=tf) as client:
+                info = self._call(client.versions_info, f"{name} versions")
+                for version in sorted({*(v.version for v in info.versions), *info.staged}):
+                    with contextlib.suppress(NotFound):  # gone meanwhile (a failed push)
+                        self._call(functools.partial(client.drop, version), f"{name} drop")
 
     def _train_s_per_step(self) -> float:
         """Median seconds of a train step, past the first three (compilation)."""
@@ -967,7 +1038,7 @@ class Driver:
 
     def _run_from_snapshot(self) -> RunSummary:  # noqa: PLR0912, PLR0915
         cfg = self.cfg
-        snap = self.snapshots.latest(on_skip=lambda msg: self.log(f"skipping snapshot {msg}"))
+        snap = self.snapshots.latest(on_skip=self.log)  # "skipping snapshot ...: why"
         self._logged = set(self.rollouts.unit_ids())
         self.progress.phase = "initialising trainer"
         if snap is not None and snap.checkpoint_step is not None:
@@ -989,9 +1060,9 @@ class Driver:
             self._call(lambda: self.trainer.init(seed=cfg.seed, **src), "trainer init")
             step = 0
         replay_until = snap.step if snap is not None else 0
-        ckpt: tuple[int, str] | None = None
+        self._checkpoints = {}
         if snap is not None and snap.checkpoint_step is not None:
-            ckpt = (snap.checkpoint_step, snap.checkpoint_uri)
+            self._checkpoints[snap.checkpoint_step] = snap.checkpoint_uri
         totals: dict[str, float] = dict(snap.metrics) if snap is not None else {}
         before: float | None = totals.get("heldout_before")
         if snap is None and self.eval_sets:
@@ -1106,7 +1177,7 @@ class Driver:
                     **{f"trainer/{k}": v for k, v in sorted(result.metrics.items())},
                 }
                 if new % cfg.snapshots.checkpoint_every == 0 or new == cfg.steps:
-                    ckpt = self._call(self.trainer.save_checkpoint, "trainer checkpoint")
+                    self._save_checkpoint()
                 if (
                     new >= replay_until
                     and self.eval_sets
@@ -1121,9 +1192,9 @@ class Driver:
                 self._metrics_line(record)
                 outstanding = [u for units in plans.values() for u in units]
                 if new == cfg.steps:
-                    self._snapshot(new, ckpt, "final", outstanding, totals)
+                    self._snapshot(new, "final", outstanding, totals)
                 elif self.schedule.is_reload_boundary(new) and new % cfg.snapshot_every == 0:
-                    self._snapshot(new, ckpt, "reload", outstanding, totals, background=True)
+                    self._snapshot(new, "reload", outstanding, totals, background=True)
                 if self._stop.is_set():
                     raise Stop
             self._wait_snapshot()
@@ -1133,8 +1204,9 @@ class Driver:
             at = self.progress.step
             outstanding = [u for units in plans.values() for u in units]
             if at > 0:
-                ckpt = self._call(self.trainer.save_checkpoint, "trainer checkpoint")
-                self._snapshot(at, ckpt, "sigterm", outstanding, totals)
+                if self._oldest_version_needed(at) >= at:  # else the snapshot names an older one
+                    self._save_checkpoint()
+                self._snapshot(at, "sigterm", outstanding, totals)
         except BaseException:
             self._settle_snapshot()
             raise

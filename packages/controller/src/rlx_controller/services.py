@@ -77,6 +77,15 @@ def service_toml(tables: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def trainer_checkpoint_keep(cfg: RunConfig) -> int:
+    """Checkpoints the trainer keeps: `snapshots.checkpoint_keep` plus those that can be newer
+    than the one a snapshot names. A snapshot at step S names the newest checkpoint at or below
+    v(S) >= S - (lag + j - 1) (rlx_controller.driver), so up to ceil((lag + j - 1) /
+    checkpoint_every) newer ones must not push it out."""
+    gap = cfg.staleness.effective_lag + cfg.staleness.reload - 1
+    return cfg.snapshots.checkpoint_keep + -(-gap // cfg.snapshots.checkpoint_every)
+
+
 def kill_stale_services(run_dir: Path, log: Callable[[str], None] = print) -> list[str]:
     """SIGKILL the process groups of services a previous controller of this run recorded (it was
     killed before it could stop them). Only processes whose command line names the service's
@@ -149,7 +158,7 @@ class RunServices:
             "update": update,
             "checkpoint": {
                 "uri": join_uri(self.paths.uri, "checkpoints"),
-                "keep": cfg.snapshots.checkpoint_keep,
+                "keep": trainer_checkpoint_keep(cfg),
                 # used by s3:// only (Orbax writes there first, then it is uploaded)
                 "staging_dir": str(self.paths.work / "checkpoint-staging"),
             },
@@ -213,6 +222,14 @@ class RunServices:
             log(f"service {name} is not running: restarting it")
             self.provider.restart(name)
         return dead
+
+    def restart_hung(self, name: str, log: Callable[[str], None] = print) -> None:
+        """Restart `name`, alive but not answering (stopped, deadlocked): a service holds nothing
+        a resume cannot rebuild."""
+        if name not in self.provider.handles:
+            return
+        log(f"service {name} is not answering: restarting it")
+        self.provider.restart(name)
 
     def stop(self) -> None:
         self.provider.stop_all(grace_s=10)

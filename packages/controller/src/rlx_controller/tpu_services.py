@@ -255,6 +255,10 @@ class TpuRunServices(RunServices):
             raise Preempted(f"{why}: `rlx resume {self.paths.uri}` provisions them again")
         return []
 
+    def restart_hung(self, name: str, log: Callable[[str], None] = print) -> None:
+        """A remote service is its node agent's to restart; one that hangs is retried."""
+        log(f"service {name} is not answering; its node agent restarts it if it exits")
+
     def stop(self) -> None:
         self._stop.set()
         if self._monitor is not None:
