@@ -5,6 +5,7 @@ simulated services (no JAX), so the test is quick."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -12,15 +13,25 @@ from typing import Any
 import pytest
 
 from rlx_controller.demo import DEMO_TASK, write_addition_jsonl
+from rlx_controller.run_config import loads_run_config
 from rlx_controller.snapshot import Snapshot
+from rlx_core.config import to_toml
 
 
-def _driver(sim: ModuleType, tmp_path: Path, steps: int) -> Any:
+def _driver(
+    sim: ModuleType,
+    tmp_path: Path,
+    steps: int,
+    sets: tuple[str, ...] = (),
+    log: Callable[[str], None] = lambda _m: None,
+) -> Any:
     write_addition_jsonl(tmp_path / "data", DEMO_TASK)
     run_dir = tmp_path / "run"
     cfg = sim.sim_config(run_dir, tmp_path / "data", 2, steps, 8)
+    if sets:
+        cfg = loads_run_config(to_toml(cfg, comments=False), overrides=list(sets))
     model = sim.LatencyModel().scaled(0.002)
-    return sim.SimDriver(cfg, run_dir, model=model, timings=None, log=lambda _m: None)
+    return sim.SimDriver(cfg, run_dir, model=model, timings=None, log=log)
 
 
 def test_every_reload_boundary_gets_its_snapshot_in_order(sim: ModuleType, tmp_path: Path) -> None:
@@ -59,3 +70,53 @@ def test_a_failed_background_snapshot_stops_the_run_with_its_error(
     steps = [e.snapshot.step for e in driver.snapshots.entries() if e.snapshot is not None]
     assert steps[:2] == [1, 2] and 3 not in steps
     assert all(e.ok for e in driver.snapshots.entries())
+
+
+@pytest.mark.parametrize(("reload", "accept", "lag"), [(1, 1, 1), (2, 4, 2), (1, 1, 0)])
+def test_a_snapshot_names_a_checkpoint_old_enough_to_regenerate_what_follows(
+    sim: ModuleType, tmp_path: Path, reload: int, accept: int, lag: int
+) -> None:
+    """Batch S is generated with v(S) <= S - lag. A snapshot at S naming the checkpoint of step S
+    left a resume without version v(S) whenever batch S was not yet in the rollout log: every
+    `rlx resume` failed with NotFound. It names the newest checkpoint at or below v(S)."""
+    sets = (
+        f"staleness.reload={reload}",
+        f"staleness.accept={accept}",
+        f"staleness.lag={lag}",
+        "snapshots.checkpoint_every=2",
+    )
+    driver = _driver(sim, tmp_path, steps=8, sets=sets)
+    written: list[Snapshot] = []
+    write = driver.snapshots.write
+
+    def record(snap: Snapshot) -> None:
+        write(snap)
+        written.append(snap)
+
+    driver.snapshots.write = record  # type: ignore[method-assign]
+    assert driver.run(resume=False).steps == 8
+    assert [s.step for s in written] == list(range(reload, 9, reload))
+    for snap in written:
+        need = snap.step if snap.step == 8 else driver.schedule.version(snap.step)
+        want = max((c for c in range(0, 9, 2) if 0 < c <= need), default=None)
+        assert snap.checkpoint_step == want, (snap.step, snap.checkpoint_step, want)
+        assert snap.checkpoint_uri == ("" if want is None else f"sim://checkpoints/{want}")
+    if lag == 0:  # lockstep: the snapshot can name the checkpoint of its own step
+        assert written[3].checkpoint_step == 4
+    else:
+        assert all(s.checkpoint_step != s.step for s in written[:-1])
+
+
+def test_an_unverifiable_snapshot_is_named_once_and_the_one_before_used(
+    sim: ModuleType, tmp_path: Path
+) -> None:
+    assert _driver(sim, tmp_path, steps=4).run(resume=False).steps == 4
+    newest = sorted((tmp_path / "run" / "snapshots").iterdir())[-1]
+    (newest / "_COMMITTED").unlink()
+    lines: list[str] = []
+    resumed = _driver(sim, tmp_path, steps=4, log=lines.append)
+    assert resumed.run(resume=True).steps == 4
+    skipped = [line for line in lines if "skipping snapshot" in line]
+    assert len(skipped) == 1 and skipped[0].count("skipping snapshot") == 1, skipped
+    assert newest.name in skipped[0] and "incomplete" in skipped[0]
+    assert any("resuming from snapshot at step 3" in line for line in lines), lines
