@@ -1,7 +1,8 @@
 """Deciding whether one output is right: built-in comparators, and special checkers that follow
 the testlib protocol (`checker input output answer`; exit 0 OK, 1 WA, 2 PE, 3 FAIL, 7 points,
 message on stderr). A checker that FAILs or crashes is the verifier's problem (INFRA), never the
-submission's.
+submission's; one that runs out of time on an output is the output's fault (WA) unless it also runs
+out of time on the jury's answer (`check_output`).
 """
 
 from __future__ import annotations
@@ -10,12 +11,22 @@ import math
 import os
 import re
 import shutil
+import signal
 from dataclasses import dataclass
 
 from rlx_core.errors import InvalidArgument
 from rlx_verifier.sandbox import Limits, Sandbox, SandboxError
 
-__all__ = ["COMPARATORS", "CheckResult", "CheckerFailed", "compare", "run_checker"]
+__all__ = [
+    "CHECKER_LIMITS",
+    "COMPARATORS",
+    "CheckResult",
+    "CheckerFailed",
+    "CheckerTimeout",
+    "check_output",
+    "compare",
+    "run_checker",
+]
 
 COMPARATORS = ("exact", "tokens", "float")
 
@@ -25,6 +36,10 @@ OK, WA, PE, FAIL, POINTS, UNEXPECTED_EOF = 0, 1, 2, 3, 7, 8
 
 class CheckerFailed(SandboxError):
     """The checker reported FAIL, crashed, or could not run: an INFRA verdict."""
+
+
+class CheckerTimeout(CheckerFailed):
+    """The checker ran out of CPU time or the wall clock."""
 
 
 @dataclass(frozen=True)
@@ -140,10 +155,31 @@ def run_checker(
     if code == POINTS:
         points = _points(message)
         return CheckResult("AC" if points >= 1.0 else "WA", points, message)
+    if result.wall_timeout or result.signal == signal.SIGXCPU:
+        how = "wall-clock timeout" if result.wall_timeout else "CPU time limit"
+        raise CheckerTimeout(f"checker timed out ({how}): {message or 'no message'}")
     how = f"signal {result.signal}" if result.signal else f"exit code {code}"
-    if result.wall_timeout:
-        how = "wall-clock timeout"
     raise CheckerFailed(f"checker failed ({how}): {message or 'no message'}")
+
+
+def check_output(
+    sandbox: Sandbox,
+    checker: str,
+    input_path: str,
+    output_path: str,
+    answer_path: str,
+    *,
+    limits: Limits = CHECKER_LIMITS,
+) -> CheckResult:
+    """`run_checker`, where a checker that times out on the program's output is run once more
+    with the jury's answer as the output: if it finishes there, the output hung it (WA, so an
+    output cannot escape its 0 by hanging the checker); if it times out there too, the checker is
+    broken (CheckerTimeout: INFRA)."""
+    try:
+        return run_checker(sandbox, checker, input_path, output_path, answer_path, limits=limits)
+    except CheckerTimeout as e:
+        run_checker(sandbox, checker, input_path, answer_path, answer_path, limits=limits)
+        return CheckResult("WA", 0.0, f"the checker timed out on this output ({e})")
 
 
 def _points(message: str) -> float:

@@ -22,7 +22,7 @@ from threading import Lock
 from typing import TYPE_CHECKING, TypeVar
 
 from rlx_core.errors import InvalidArgument, Unavailable
-from rlx_verifier.checkers import CheckResult, compare, run_checker
+from rlx_verifier.checkers import CHECKER_LIMITS, CheckResult, check_output, compare
 from rlx_verifier.config import JudgeConfig
 from rlx_verifier.languages import (
     GO_SEED,
@@ -103,6 +103,7 @@ class Verifier:
             dict.fromkeys(b for lang in self.languages.values() for b in lang.binds)
         )
         self.workers = self.config.workers or os.cpu_count() or 1
+        self.checker_limits = CHECKER_LIMITS  # a special checker's limits per run
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="rlx-judge")
         self._cache: OrderedDict[str, Verdict] = OrderedDict()
         self._cache_lock = Lock()
@@ -301,7 +302,6 @@ class Verifier:
                     'package main\n\nimport (\n    "testing"\n'
                     '    "github.com/stretchr/testify/assert"\n)\n\n'
                     "func TestOne(t *testing.T) { assert.Equal(t, 1, one()) }\n",
-                    "seed",
                 )
                 build, ce = self._build(
                     Language(**{**lang.__dict__, "name": "go-seed"}),
@@ -434,7 +434,7 @@ class Verifier:
                     f.write(content)
                 os.chmod(path, 0o644)
                 paths.append(path)
-            return run_checker(self.sandbox, checker, *paths)
+            return check_output(self.sandbox, checker, *paths, limits=self.checker_limits)
         finally:
             shutil.rmtree(data, ignore_errors=True)
 
@@ -457,12 +457,16 @@ class Verifier:
         time_limit_s: float,
         memory_mb: int,
     ) -> Verdict:
+        # The marker is the first line of the program's stdin, never in a file, argv or the
+        # environment; the harness's prelude takes it before any candidate code runs.
         mark = secrets.token_hex(16) if harness else ""
-        program = compose_assert_program(lang, source, harness, mark) if harness else source
+        program = compose_assert_program(lang, source, harness) if harness else source
         build, ce = self._build(lang, program, test=bool(harness))
         try:
             if ce is not None:
                 return ce
+            if mark:
+                stdin = mark.encode() + b"\n" + stdin
             r = self._execute(lang, build, stdin, self._limits(lang, time_limit_s, memory_mb))
             failed = self._failure(lang, r, time_limit_s, memory_mb)
             if failed == "WA":  # an output flood is not running to the end

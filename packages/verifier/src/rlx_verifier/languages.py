@@ -8,6 +8,7 @@ while it compiles). Toolchains outside /usr are bound read-only under /opt.
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -20,6 +21,13 @@ __all__ = ["LANGUAGES", "Language", "compose_assert_program", "detect_languages"
 PYTHON = "/usr/bin/python3"
 GOCODE = "/usr/share/gocode"  # Debian's GOPATH of packaged Go libraries (testify)
 GO_SEED = "/opt/goseed"  # where a Go build-cache seed is bound for assert-style builds
+PRELUDE = "rlx_prelude.s"  # the assert-style entry point of C++ and Rust programs (x86_64)
+# Assert-style C++ and Rust link statically with the prelude's entry point: it runs before the C
+# library, ifunc resolvers and every constructor, so before any candidate code.
+ENTRY = "-Wl,-e,rlx_entry"
+X86_64 = platform.machine() == "x86_64"
+RUSTC = ("/opt/rust/bin/rustc", "-O", "--edition", "2021", "-o", "main", "main.rs")
+RUST_STATIC = ("-C", "target-feature=+crt-static")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +84,11 @@ def _cpp() -> Language | None:
         run=("/prog/main",),
         version=version,
         memory_markers=(b"std::bad_alloc",),
+        test_compile=(
+            (gxx, "-O2", "-std=c++17", "-pipe", "-static", ENTRY, "-o", "main", "main.cpp", PRELUDE)
+            if X86_64
+            else ()
+        ),
     )
 
 
@@ -92,11 +105,16 @@ def _rust() -> Language | None:
     return Language(
         name="rust",
         source="main.rs",
-        compile=("/opt/rust/bin/rustc", "-O", "--edition", "2021", "-o", "main", "main.rs"),
+        compile=RUSTC,
         run=("/prog/main",),
         binds=((sysroot, "/opt/rust"),),
         version=version,
         memory_markers=(b"memory allocation of",),
+        test_compile=(
+            (*RUSTC, *RUST_STATIC, "-C", f"link-arg={ENTRY}", "-C", f"link-arg=/build/{PRELUDE}")
+            if X86_64
+            else ()
+        ),
     )
 
 
@@ -135,6 +153,7 @@ def _go() -> Language | None:
             ("GOCACHE", "/build/.gocache"),
             ("GOPATH", f"/tmp/go:{GOCODE}"),
             ("GO111MODULE", "off"),
+            ("CGO_ENABLED", "0"),  # no C constructors running before the prelude
         ),
     )
 
@@ -194,15 +213,60 @@ def resolve(languages: dict[str, Language], name: str) -> Language:
 
 # --- assert-style harnesses ---------------------------------------------------------------------
 
-# The Python harness runs the candidate, then the tests in a namespace whose builtins are restored,
-# with tracing reset and every candidate function guarded against returning objects of
-# user-defined classes (an `__eq__` that is always True). Only its last line writes the marker.
+# The Python harness: a prelude that runs before any candidate code takes the marker from stdin's
+# first line (the rest of stdin moves to a fresh memfd, so seeking back or reopening
+# /proc/self/fd/0 finds nothing) and keeps it in a local of `_main` only. An audit hook, installed
+# before the candidate runs and impossible to remove, then denies what would reach that local:
+# frames (sys._getframe, tb_frame, gi_frame, cr_frame, ag_frame, tracing and profiling), the
+# garbage collector's object lists, ctypes, new code objects, /proc, and new processes.
+# The candidate runs, then the tests in a namespace whose builtins are restored, with every
+# callable of the candidate's namespace guarded: a SystemExit from it is a failure, and functions
+# defined by the candidate must return plain data (not objects whose `__eq__` is always True).
+# A SystemExit out of the tests counts as the harness exiting only if every frame it passed
+# through runs the harness's own code objects. Only the end of `_main` writes the marker.
 _PY_HARNESS = r"""
-import builtins as _b, os as _os, sys as _sys
-_W, _EXIT, _TRACE = _os.write, _os._exit, _sys.settrace
+import builtins as _b, os as _os, sys as _sys, types as _types  # types reads a tb_frame
+_W, _EXIT, _TRACE, _REALPATH = _os.write, _os._exit, _sys.settrace, _os.path.realpath
 _SAFE = (int, float, complex, str, bytes, bool, type(None), list, tuple, dict, set, frozenset)
 _BUILTINS = dict(_b.__dict__)
-_MARK = "{mark}".encode()
+_DENIED = frozenset((
+    "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
+    "sys.addaudithook", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+    "os.exec", "os.posix_spawn", "os.spawn",
+    "os.system", "subprocess.Popen", "pty.spawn",
+))
+_FRAMES = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
+def _fail(why):
+    _W(2, b"rlx: " + why.encode() + b"\n")
+    _EXIT(96)
+def _secret():
+    data = b""
+    while chunk := _os.read(0, 1 << 16):
+        data += chunk
+    mark, _, rest = data.partition(b"\n")
+    fd = _os.memfd_create("stdin")
+    view = memoryview(rest)
+    while view:
+        view = view[_os.write(fd, view):]
+    _os.lseek(fd, 0, _os.SEEK_SET)
+    _os.dup2(fd, 0)
+    _os.close(fd)
+    return mark
+def _audit():
+    judge = [False]  # True while the prelude itself reads a traceback
+    def hook(event, args):
+        if judge[0]:
+            return
+        if event == "sys._getframe":
+            raise ValueError("rlx: frames are not available here")
+        if event == "object.__getattr__" and args[1] in _FRAMES:
+            raise AttributeError("rlx: frames are not available here")
+        if event in _DENIED or event.startswith("ctypes."):
+            raise RuntimeError("rlx: " + event + " is not available here")
+        if event == "open" and isinstance(args[0], (str, bytes)):
+            if _REALPATH(_os.fsdecode(args[0])).startswith("/proc"):
+                raise PermissionError("rlx: /proc is not available here")
+    return hook, judge
 def _plain(v, depth=0):
     t = type(v)
     if t not in _SAFE or depth > 50:
@@ -212,92 +276,236 @@ def _plain(v, depth=0):
     if t is dict:
         return all(_plain(k, depth + 1) and _plain(x, depth + 1) for k, x in v.items())
     return True
-def _guard(f):
+def _guard(f, own):
     def g(*a, **k):
-        r = f(*a, **k)
-        if not _plain(r):
+        try:
+            r = f(*a, **k)
+        except SystemExit:
+            _fail("SystemExit from the candidate's code")
+        if own and not _plain(r):
             raise TypeError("rlx: the candidate returned a " + type(r).__name__)
         return r
     return g
+def _codes(code, found):
+    found[id(code)] = code
+    for c in code.co_consts:
+        if type(c) is type(code):
+            _codes(c, found)
+    return found
 def _main():
-    src = {candidate!r}
+    mark = _secret()
+    hook, judge = _audit()
+    _sys.addaudithook(hook)
+    harness = compile({harness!r}, "harness.py", "exec")
     ns = {{"__name__": "__main__", "__builtins__": _b}}
     try:
-        exec(compile(src, "candidate.py", "exec"), ns)
+        exec(compile({candidate!r}, "candidate.py", "exec"), ns)
     except SystemExit:
         _EXIT(97)  # exiting before the tests is not passing them
+    judge[0] = True
     _TRACE(None); _sys.setprofile(None)
+    judge[0] = False
     _b.__dict__.clear(); _b.__dict__.update(_BUILTINS)
-    tests = {{k: (_guard(v) if callable(v) and getattr(v, "__module__", "") == "__main__"
-                  and not isinstance(v, type) else v) for k, v in ns.items()}}
+    tests = {{k: (_guard(v, getattr(v, "__module__", "") == "__main__")
+                  if callable(v) and not isinstance(v, type) else v) for k, v in ns.items()}}
     tests["__builtins__"] = _BUILTINS
     try:
-        exec(compile({harness!r}, "harness.py", "exec"), tests)
+        exec(harness, tests)
     except SystemExit as e:
         if e.code not in (None, 0):
             raise
+        own, tb = _codes(harness, {{}}), e.__traceback__.tb_next
+        judge[0] = True
+        while tb is not None:
+            if id(tb.tb_frame.f_code) not in own:
+                _fail("SystemExit through the candidate's code")
+            tb = tb.tb_next
+    judge[0] = True
     _TRACE(None)
-    _W(1, b"\n" + _MARK + b"\n")
+    _W(1, b"\n" + mark + b"\n")
     _EXIT(0)
 _main()
 """
 
 
-def compose_assert_program(
-    lang: Language, candidate: str, harness: str, mark: str
-) -> dict[str, str]:
-    """The files of one program: the candidate, then the harness, then a marker only the
-    harness's end prints ({file name: text}).
+def compose_assert_program(lang: Language, candidate: str, harness: str) -> dict[str, str]:
+    """The files of one assert-style program ({file name: text}): the candidate, then the
+    harness, then code that writes the per-request marker only at the harness's end.
 
-    `mark` is a per-request random hex string; the verdict is AC only if the program exits 0 and
-    the last line of stdout is the marker.
+    The marker is in none of these files: the program reads it from the first line of its stdin
+    before any candidate code runs and keeps the rest of stdin for the program (see the README).
+    The verdict is AC only if the program exits 0 and the last line of stdout is the marker.
     """
     if lang.name == "python":
-        return {lang.source: _PY_HARNESS.format(mark=mark, candidate=candidate, harness=harness)}
+        return {lang.source: _PY_HARNESS.format(candidate=candidate, harness=harness)}
+    if lang.name in ("cpp", "rust") and not lang.test_compile:
+        raise Unimplemented(f"assert-style {lang.name} needs x86_64 (its prelude is assembly)")
     if lang.name == "cpp":
-        return {lang.source: _compose_cpp(candidate, harness, mark)}
+        return {lang.source: _compose_cpp(candidate, harness), PRELUDE: _PRELUDE_X86_64}
     if lang.name == "rust":
-        return {lang.source: _compose_rust(candidate, harness, mark)}
+        return {lang.source: _compose_rust(candidate, harness), PRELUDE: _PRELUDE_X86_64}
     if lang.name == "go":
         if not lang.test_compile:
             raise Unimplemented(
                 "assert-style Go needs testify in /usr/share/gocode "
                 "(Debian: golang-github-stretchr-testify-dev)"
             )
-        return _compose_go(candidate, harness, mark)
+        return _compose_go(candidate, harness)
     raise Unimplemented(f"assert-style judging is not available for {lang.name}")
 
 
-def _literal(mark: str) -> str:
-    """The marker line as a C/Rust/Go string literal of escapes (no plain text to grep)."""
-    return "".join(f"\\x{b:02x}" for b in ("\n" + mark + "\n").encode())
+# The entry point of assert-style C++ and Rust programs, linked statically with `-e rlx_entry`:
+# it runs before the C library starts (so before ifunc resolvers, preinit/init arrays and static
+# constructors), reads the marker line from stdin one byte at a time into a buffer no other object
+# can name, moves the rest of stdin to a fresh memfd on fd 0, then jumps to the C library's
+# `_start`. Its `main` calls `rlx_run_tests_` (the harness) and writes the marker if that
+# returned 0. No calls into the C library: nothing the candidate defines can run before it.
+_PRELUDE_X86_64 = r"""
+    .text
+    .globl rlx_entry
+    .type rlx_entry, @function
+rlx_entry:
+    mov %rsp, %r12
+    and $-16, %rsp
+    movb $10, rlx_mark(%rip)
+    mov $1, %r13d
+.Lread:
+    xor %eax, %eax
+    xor %edi, %edi
+    lea rlx_mark(%rip), %rsi
+    add %r13, %rsi
+    mov $1, %edx
+    syscall
+    cmp $1, %rax
+    jne .Lfail
+    lea rlx_mark(%rip), %rsi
+    movzbl (%rsi,%r13), %eax
+    inc %r13
+    cmp $10, %eax
+    je .Lrest
+    cmp $63, %r13
+    jb .Lread
+    jmp .Lfail
+.Lrest:
+    mov %r13, rlx_mark_len(%rip)
+    mov $319, %eax
+    lea .Lname(%rip), %rdi
+    xor %esi, %esi
+    syscall
+    test %rax, %rax
+    js .Lfail
+    mov %rax, %r14
+.Lcopy:
+    xor %eax, %eax
+    xor %edi, %edi
+    lea rlx_buf(%rip), %rsi
+    mov $65536, %edx
+    syscall
+    test %rax, %rax
+    js .Lfail
+    jz .Lcopied
+    mov %rax, %r15
+    lea rlx_buf(%rip), %rbx
+.Lwrite:
+    mov $1, %eax
+    mov %r14, %rdi
+    mov %rbx, %rsi
+    mov %r15, %rdx
+    syscall
+    test %rax, %rax
+    jle .Lfail
+    add %rax, %rbx
+    sub %rax, %r15
+    jnz .Lwrite
+    jmp .Lcopy
+.Lcopied:
+    mov $8, %eax
+    mov %r14, %rdi
+    xor %esi, %esi
+    xor %edx, %edx
+    syscall
+    mov $33, %eax
+    mov %r14, %rdi
+    xor %esi, %esi
+    syscall
+    test %rax, %rax
+    js .Lfail
+    mov $3, %eax
+    mov %r14, %rdi
+    syscall
+    mov %r12, %rsp
+    xor %edx, %edx
+    jmp _start
+.Lfail:
+    mov $231, %eax
+    mov $99, %edi
+    syscall
 
+    .globl main
+    .type main, @function
+main:
+    push %rbx
+    call rlx_run_tests_
+    test %eax, %eax
+    jnz .Ldone
+    mov $1, %eax
+    mov $1, %edi
+    lea rlx_mark(%rip), %rsi
+    mov rlx_mark_len(%rip), %rdx
+    syscall
+    cmp rlx_mark_len(%rip), %rax
+    mov $0, %eax
+    je .Ldone
+    mov $98, %eax
+.Ldone:
+    pop %rbx
+    ret
+
+    .section .rodata
+.Lname:
+    .asciz "rlx-stdin"
+    .local rlx_mark
+    .comm rlx_mark, 64, 16
+    .local rlx_mark_len
+    .comm rlx_mark_len, 8, 8
+    .local rlx_buf
+    .comm rlx_buf, 65536, 32
+    .section .note.GNU-stack, "", @progbits
+"""
 
 _RUST_TEST = re.compile(r"#\[test\](?:\s*//[^\n]*)*\s*(?:pub\s+)?fn\s+(\w+)")
 _RUST_MOD = re.compile(r"#\[cfg\(test\)\]\s*mod\s+(\w+)")
+# The harness's assertion macros by path: a candidate's `macro_rules! assert_eq` cannot shadow them.
+_RUST_ASSERT = re.compile(r"(?<![\w:])((?:debug_)?assert(?:_eq|_ne)?)!")
 
 
-def _compose_rust(candidate: str, harness: str, mark: str) -> str:
-    """`#[test]` functions become plain public functions that a generated `main` calls in order,
-    then prints the marker; a failed `assert!` panics (exit 101)."""
+def _compose_rust(candidate: str, harness: str) -> str:
+    """`#[test]` functions become plain public functions that `rlx_run_tests_` (called by the
+    prelude's `main`; the crate is `#![no_main]`) calls in order; a failed `assert!` panics and
+    makes it return 101."""
     names = _RUST_TEST.findall(harness)
     if not names:
         raise InvalidArgument("a Rust harness needs at least one #[test] function")
     module = _RUST_MOD.search(harness)
     body = _RUST_MOD.sub(r"mod \1", harness)
     body = _RUST_TEST.sub(r"pub fn \1", body)
+    body = _RUST_ASSERT.sub(r"::std::\1!", body)
     if module is not None:
         body = re.sub(rf"\bmod\s+{module.group(1)}\b", f"pub mod {module.group(1)}", body, count=1)
     path = f"{module.group(1)}::" if module is not None else ""
-    calls = "".join(f"    {path}{n}();\n" for n in names)
+    calls = "".join(f"        {path}{n}();\n" for n in names)
     return (
-        f"{candidate}\n{body}\n"
-        "fn main() {\n"
+        f"#![no_main]\n{candidate}\n{body}\n"
+        "#[no_mangle]\n"
+        'pub extern "C" fn rlx_run_tests_() -> i32 {\n'
+        "    let passed = ::std::panic::catch_unwind(|| {\n"
         f"{calls}"
-        "    use std::io::Write;\n"
-        f'    let m: &[u8] = b"{_literal(mark)}";\n'
-        "    let mut out = std::io::stdout();\n"
-        "    if out.write_all(m).and_then(|_| out.flush()).is_err() { std::process::exit(98); }\n"
+        "    })\n"
+        "    .is_ok();\n"
+        "    if ::std::io::Write::flush(&mut ::std::io::stdout()).is_err() {\n"
+        "        return 98;\n"
+        "    }\n"
+        "    if passed { 0 } else { 101 }\n"
         "}\n"
     )
 
@@ -305,6 +513,7 @@ def _compose_rust(candidate: str, harness: str, mark: str) -> str:
 _GO_PACKAGE = re.compile(r"^\s*package\s+\w+\s*;?\s*$", re.MULTILINE)
 _GO_IMPORT = re.compile(r'^\s*import\s*(\([^)]*\)|(?:[\w.]+\s+)?"[^"]*")', re.MULTILINE)
 _GO_SPEC = re.compile(r'(?:([\w.]+)\s+)?"([^"]+)"')
+_GO_TEST = re.compile(r"^func\s+(Test\w+)\s*\(\s*\w+\s+\*testing\.T\s*\)", re.MULTILINE)
 
 
 def _go_split(source: str) -> tuple[list[tuple[str, str]], str]:
@@ -314,54 +523,132 @@ def _go_split(source: str) -> tuple[list[tuple[str, str]], str]:
     return specs, rest
 
 
-def _compose_go(candidate: str, harness: str, mark: str) -> dict[str, str]:
+# The Go prelude sorts before the candidate's file and its variable depends on nothing of the
+# candidate's, so it is initialised before any candidate variable or init() runs. The closure it
+# returns holds the marker; it writes it only when called by this package's TestMain called by
+# the test binary's main, so a candidate calling it (or TestMain) itself gets nothing.
+_GO_PRELUDE = r"""package main
+
+import (
+    "flag"
+    "io"
+    "os"
+    "runtime"
+    "strings"
+    "syscall"
+    "testing"
+)
+
+var rlxFinish = rlxPrelude()
+
+//go:noinline
+func rlxPrelude() func(int) int {
+    mark, b := []byte{'\n'}, []byte{0}
+    for len(mark) < 64 {
+        if n, err := syscall.Read(0, b); n != 1 || err != nil {
+            os.Exit(99)
+        }
+        mark = append(mark, b[0])
+        if b[0] == '\n' {
+            break
+        }
+    }
+    if mark[len(mark)-1] != '\n' {
+        os.Exit(99)
+    }
+    fd, err := syscall.Open("/tmp", syscall.O_RDWR|0x410000, 0o600) // O_TMPFILE
+    if err != nil {
+        os.Exit(99)
+    }
+    rest := os.NewFile(uintptr(fd), "stdin")
+    if _, err := io.Copy(rest, os.Stdin); err != nil {
+        os.Exit(99)
+    }
+    if _, err := syscall.Seek(fd, 0, 0); err != nil || syscall.Dup3(fd, 0, 0) != nil {
+        os.Exit(99)
+    }
+    rest.Close()
+    pc, _, _, _ := runtime.Caller(0)
+    name := runtime.FuncForPC(pc).Name()
+    testMain := name[:strings.LastIndex(name, ".")+1] + "TestMain"
+    return func(code int) int {
+        pcs := make([]uintptr, 8)
+        frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+        caller, _ := frames.Next()
+        outer, _ := frames.Next()
+        if caller.Function != testMain || outer.Function != "main.main" {
+            return 97
+        }
+        if code == 0 {
+            if _, err := os.Stdout.Write(mark); err != nil {
+                return 98
+            }
+        }
+        return code
+    }
+}
+
+//go:noinline
+func TestMain(m *testing.M) {
+    os.Args = os.Args[:1]
+    for name, value := range map[string]string{
+        "test.run": "{run}", "test.skip": "", "test.list": "", "test.bench": "",
+        "test.fuzz": "", "test.count": "1", "test.shuffle": "off", "test.failfast": "false",
+        "test.cpu": "",
+    } {
+        f := flag.Lookup(name)
+        if f == nil && (name == "test.run" || name == "test.count" || name == "test.list") {
+            os.Exit(97)
+        }
+        if f != nil && f.Value.Set(value) != nil {
+            os.Exit(97)
+        }
+    }
+    os.Exit(rlxFinish(m.Run()))
+}
+"""
+
+
+def _compose_go(candidate: str, harness: str) -> dict[str, str]:
     """Package main as a test binary: one file with the candidate and the harness (`func
-    TestX(t *testing.T)`) sharing their imports, as HumanEval-X writes them, and a TestMain that
-    prints the marker only when every test passed."""
+    TestX(t *testing.T)`) sharing their imports, as HumanEval-X writes them, and the prelude with
+    a TestMain that runs exactly the harness's tests and has the marker written only when every
+    one passed."""
+    names = _GO_TEST.findall(harness)
+    if not names:
+        raise InvalidArgument("a Go harness needs at least one func TestX(t *testing.T)")
     cand_specs, cand = _go_split(candidate)
     test_specs, test = _go_split(harness)
     specs = list(dict.fromkeys(test_specs + cand_specs))
     imports = "".join(f'    {a + " " if a else ""}"{p}"\n' for a, p in specs)
     program = f"package main\n\nimport (\n{imports})\n{cand}\n{test}\n"
-    runner = (
-        "package main\n\n"
-        'import (\n    "os"\n    "testing"\n)\n\n'
-        "func TestMain(m *testing.M) {\n"
-        "    code := m.Run()\n"
-        "    if code == 0 {\n"
-        f'        if _, err := os.Stdout.Write([]byte("{_literal(mark)}")); err != nil {{\n'
-        "            os.Exit(98)\n"
-        "        }\n"
-        "    }\n"
-        "    os.Exit(code)\n"
-        "}\n"
-    )
-    return {"main_test.go": program, "rlx_main_test.go": runner}
+    prelude = _GO_PRELUDE.replace("{run}", f"^({'|'.join(names)})$")
+    return {"main_test.go": program, "0_rlx_prelude_test.go": prelude}
 
 
 _MAIN = re.compile(r"\bint\s+main\s*\(")
 
 
-def _compose_cpp(candidate: str, harness: str, mark: str) -> str:
+def _compose_cpp(candidate: str, harness: str) -> str:
+    """The harness's `main` renamed; `rlx_run_tests_`, called by the prelude's `main`, runs it.
+    `assert` is re-included after the candidate, so a candidate cannot neutralise it."""
     if not _MAIN.search(harness):
-        return candidate + "\n" + harness + "\n"
+        raise InvalidArgument("a C++ harness needs a main function")
     body = harness.rstrip()
     if not body.endswith("}"):
         raise InvalidArgument("a C++ harness must end with the closing brace of main")
     # `return 0;` before main's last brace: the renamed main is an ordinary function, where
     # falling off the end would be undefined behaviour.
     body = body[:-1] + "\n    return 0;\n}\n"
-    literal = _literal(mark)
     return (
         f"{candidate}\n"
         "#undef NDEBUG\n#undef assert\n#include <cassert>\n#undef main\n"
         "#define main rlx_harness_main_\n"
         f"{body}\n"
-        "#undef main\n#include <unistd.h>\n#include <cstdio>\n#include <cstring>\n"
-        "int main() {\n"
+        "#undef main\n#include <cstdio>\n#include <iostream>\n"
+        'extern "C" int rlx_run_tests_() {\n'
         "    int rc = rlx_harness_main_();\n"
+        "    std::cout.flush();\n"
         "    std::fflush(stdout);\n"
-        f'    static const char m[] = "{literal}";\n'
-        "    if (rc == 0) { if (::write(1, m, sizeof(m) - 1) < 0) return 98; }\n"
         "    return rc;\n}\n"
     )

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from rlx_core.clients.verifier import SampleResult, TestLink, TestVerdict, VerifySample
 from rlx_core.errors import Corrupt, InvalidArgument, RlxError, Unavailable
-from rlx_verifier.checkers import compare, run_checker
+from rlx_verifier.checkers import check_output, compare
 from rlx_verifier.judge import TestCase, TestResult, Verdict, Verifier
 from rlx_verifier.languages import resolve
 from rlx_verifier.math_answers import EXTRACTORS, quick_verdict
@@ -76,6 +76,7 @@ def run_outputs(
     memory_mb: int = 256,
 ) -> PhaseOne:
     """Phase 1: run `code` on each input link; store outputs under a transient prefix."""
+    verifier.check_limits(time_limit_s, memory_mb, tests=len(inputs))
     lang = resolve(verifier.languages, language)
     paths = [repos.fetch(link) for link in inputs]
     root = split_link(inputs[0])[0]
@@ -132,8 +133,13 @@ def check_outputs(
                     with open(out_path, "wb") as f:
                         f.write(output)
                     os.chmod(out_path, 0o644)
-                    check = run_checker(
-                        verifier.sandbox, checker_path, repos.fetch(test.input), out_path, answer
+                    check = check_output(
+                        verifier.sandbox,
+                        checker_path,
+                        repos.fetch(test.input),
+                        out_path,
+                        answer,
+                        limits=verifier.checker_limits,
                     )
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)
