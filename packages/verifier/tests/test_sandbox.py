@@ -95,6 +95,13 @@ def test_threads_and_processes_still_start(wheel_sandbox: Sandbox) -> None:
     assert (r.exit_code, r.stdout) == (0, b"thread\nchild\n\n")
 
 
+def test_sandboxed_programs_are_the_oom_killers_first_choice(wheel_sandbox: Sandbox) -> None:
+    """What a program holds in tmpfs or the kernel is not in its RSS: without this the OOM
+    killer would pick the verifier."""
+    r = wheel_sandbox.run(["/usr/bin/cat", "/proc/self/oom_score_adj"], limits=Limits())
+    assert (r.exit_code, r.stdout) == (0, b"1000\n")
+
+
 def test_tmp_has_an_inode_cap(wheel_sandbox: Sandbox) -> None:
     limits = Limits(cpu_s=20, wall_s=40, tmp_inodes=2000)
     r = wheel_sandbox.run([PYTHON, "-c", FILES_PROBE], limits=limits)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from rlx_core.errors import ConfigError
@@ -30,6 +31,10 @@ class JudgeConfig:
     partial_credit: bool = False  # score = fraction of passed tests instead of all-or-nothing
     stop_on_first_failure: bool = True  # skip the remaining tests once one fails (no partial)
     output_mb: int = 16  # largest program output, MiB, >= 1
+    # Caps on what one request may ask for (a sample over one is ERROR, InvalidArgument):
+    max_time_limit_s: float = 60.0  # a sample's time_limit_s (CPU s per run; wall 2x + 1), > 0
+    max_memory_mb: int = 8192  # a sample's memory_mb (address space per process), MiB, >= 1
+    max_tests: int = 1000  # tests of one sample, inline or linked, >= 1
     cache_size: int = 4096  # verdicts kept by (code hash, test hash); 0 disables the cache
     math_workers: int = 0  # math-verify worker processes; 0 = min(2, cores)
     math_timeout_s: float = 5.0  # per answer, then the worker is killed and the verdict is WA
@@ -49,8 +54,13 @@ class JudgeConfig:
             raise ConfigError(
                 "must be >= 1000", field="sandbox_uid_base", value=self.sandbox_uid_base
             )
-        if self.output_mb < 1:
-            raise ConfigError("must be >= 1", field="output_mb", value=self.output_mb)
+        for name in ("output_mb", "max_memory_mb", "max_tests"):
+            if getattr(self, name) < 1:
+                raise ConfigError("must be >= 1", field=name, value=getattr(self, name))
+        if not (math.isfinite(self.max_time_limit_s) and self.max_time_limit_s > 0):
+            raise ConfigError(
+                "must be a finite number > 0", field="max_time_limit_s", value=self.max_time_limit_s
+            )
         if self.math_timeout_s <= 0:
             raise ConfigError("must be > 0", field="math_timeout_s", value=self.math_timeout_s)
 

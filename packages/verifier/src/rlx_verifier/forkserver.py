@@ -102,6 +102,8 @@ def _program(req: dict, fds: list[int], failed: int) -> None:
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         os.chdir(req["cwd"])
+        with open("/proc/self/oom_score_adj", "w") as f:  # the OOM killer's first choice
+            f.write("1000")
         _drop_privileges(req["uid"])
         lim = req["limits"]
         for res, soft, hard in (

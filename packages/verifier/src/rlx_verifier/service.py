@@ -19,6 +19,7 @@ from rlx_verifier.judge import Verdict, Verifier
 from rlx_verifier.lambda_backend import LambdaBackend
 from rlx_verifier.repository import Repositories
 from rlx_verifier.runner import PhaseOne, check_outputs, judge_sample, quick_result, run_outputs
+from rlx_verifier.sandbox import Cancel, cancelled_by
 
 __all__ = ["VerifierService"]
 
@@ -58,8 +59,12 @@ class VerifierService:
         )
 
     # --- Verify -----------------------------------------------------------------------------
-    def verify(self, samples: Sequence[VerifySample]) -> list[SampleResult]:
-        """One result per sample, in order (INFRA and ERROR results carry no score)."""
+    def verify(
+        self, samples: Sequence[VerifySample], *, cancel: Cancel | None = None
+    ) -> list[SampleResult]:
+        """One result per sample, in order (INFRA and ERROR results carry no score). Once
+        `cancel` is set (the caller gave up) the samples' sandboxed runs are killed and the
+        samples not judged yet are skipped: their results (ERROR, Cancelled) reach no one."""
         with self._lock:
             self._queued += len(samples)
         try:
@@ -72,16 +77,22 @@ class VerifierService:
             rest = [i for i, r in enumerate(results) if r is None]
             with self._lock:
                 self._queued -= len(samples) - len(rest)
-            for i, r in zip(rest, verifier.map(self._one, [samples[i] for i in rest]), strict=True):
+            judged = verifier.map(lambda s: self._one(s, cancel), [samples[i] for i in rest])
+            for i, r in zip(rest, judged, strict=True):
                 results[i] = r
             return cast(list[SampleResult], results)  # every entry is filled now
         finally:
             with self._lock:
                 self._judged += len(samples)
 
-    def _one(self, sample: VerifySample) -> SampleResult:
+    def _one(self, sample: VerifySample, cancel: Cancel | None) -> SampleResult:
         assert self.verifier is not None
-        with self._counting(1):
+        with self._counting(1), cancelled_by(cancel):
+            if cancel is not None and cancel.is_set():
+                error = "Cancelled: the request was cancelled or ran out of time"
+                return SampleResult(
+                    sample_id=sample.sample_id, status="ERROR", score=None, error=error
+                )
             return judge_sample(self.verifier, self.repos, sample)
 
     class _Count:

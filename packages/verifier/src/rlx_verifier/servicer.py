@@ -17,6 +17,7 @@ from rlx_core.clients.verifier import (
 from rlx_core.errors import InvalidArgument
 from rlx_core.proto.verifier.v1 import verifier_pb2 as pb
 from rlx_core.proto.verifier.v1 import verifier_pb2_grpc as pb_grpc
+from rlx_verifier.sandbox import Cancel
 from rlx_verifier.service import VerifierService
 
 __all__ = ["VerifierServicer", "registrations"]
@@ -33,7 +34,14 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                 samples.append(sample_from_proto(m))
             except InvalidArgument as e:
                 raise InvalidArgument(f"samples[{i}] ({m.sample_id!r}): {e}") from None
-        results = self._service.verify(samples)
+        # A cancelled call, or one past its deadline, kills its runs instead of holding workers.
+        cancel = Cancel()
+        if not context.add_callback(cancel.set):  # already over
+            cancel.set()
+        try:
+            results = self._service.verify(samples, cancel=cancel)
+        finally:
+            cancel.close()
         return pb.VerifyReply(results=[result_to_proto(r) for r in results])
 
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:

@@ -18,6 +18,7 @@ The same types travel as JSON to the AWS Lambda backend (`to_dict` / `from_dict`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -96,9 +97,18 @@ class VerifySample:
                 f"sample {self.sample_id!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}",
                 field="kind",
             )
-        if self.time_limit_s < 0 or self.memory_mb < 0:
+        # NaN compares false with everything: say what is allowed, not what is refused.
+        if not (math.isfinite(self.time_limit_s) and self.time_limit_s >= 0):
             raise InvalidArgument(
-                f"sample {self.sample_id!r}: limits must be >= 0", field="time_limit_s"
+                f"sample {self.sample_id!r}: time_limit_s = {self.time_limit_s!r} must be a "
+                "finite number >= 0 (0: the kind's default)",
+                field="time_limit_s",
+            )
+        if self.memory_mb < 0:
+            raise InvalidArgument(
+                f"sample {self.sample_id!r}: memory_mb = {self.memory_mb!r} must be >= 0 "
+                "(0: the kind's default)",
+                field="memory_mb",
             )
 
     @classmethod
