@@ -130,13 +130,16 @@ def random_schedule(
 # --- the run directory, read from outside -----------------------------------------------------
 
 
-def steps_done(run_dir: Path) -> int:
-    """The last step in metrics.jsonl (a line being written is skipped)."""
+def steps_done(run_dir: Path, offset: int = 0) -> int:
+    """The last step in metrics.jsonl from byte `offset` on (a line being written is skipped)."""
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return 0
     done = 0
-    for line in path.read_text().splitlines():
+    with path.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    for line in text.splitlines():
         with contextlib.suppress(ValueError, KeyError, TypeError):
             done = max(done, int(json.loads(line)["step"]))
     return done
@@ -250,6 +253,9 @@ class _Run:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         self.started += 1
         self.signalled = False
+        # a step trigger counts the steps this controller trains (a resume trains some again)
+        metrics = self.run_dir / "metrics.jsonl"
+        self.offset = metrics.stat().st_size if metrics.exists() else 0
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -287,11 +293,8 @@ class _Run:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             return f"KILL all ({len(hit)} processes)"
-        if fault.target == "controller":
-            pid = controller_pid(self.run_dir)
-        else:
-            pid = service_pids(self.run_dir).get(fault.target)
-        if pid is None or not _alive(pid) or finished(self.run_dir, steps):
+        pid = self._live_target(fault.target, steps)
+        if pid is None:
             return f"{fault}: no live target"
         os.kill(pid, sig)
         if fault.target == "controller" and sig != signal.SIGSTOP:
@@ -305,6 +308,21 @@ class _Run:
             else:
                 self.held.append(pid)
         return f"{fault.signal} {fault.target} (pid {pid}) at step {steps_done(self.run_dir)}"
+
+    def _live_target(self, target: str, steps: int, wait_s: float = 60.0) -> int | None:
+        """The pid of `target`, waiting for it while its controller is (re)starting it."""
+        deadline = time.monotonic() + wait_s
+        while not finished(self.run_dir, steps) and time.monotonic() < deadline:
+            if target == "controller":
+                pid = controller_pid(self.run_dir)
+            else:
+                pid = service_pids(self.run_dir).get(target)
+            if pid is not None and _alive(pid) and pid not in self.held:
+                return pid
+            if not self.running():
+                return None
+            time.sleep(0.05)
+        return None
 
     def cleanup(self) -> None:
         for timer in self._timers:
@@ -376,11 +394,11 @@ def _wait_trigger(run: _Run, fault: Fault, steps: int, timeout_s: float) -> None
     """Until `fault`'s trigger (or `timeout_s` without progress, or the run's end); a controller
     that exited meanwhile is resumed."""
     deadline = time.monotonic() + timeout_s
-    last = steps_done(run.run_dir)
+    last = steps_done(run.run_dir, run.offset)
     while True:
         if finished(run.run_dir, steps):
             return
-        done = steps_done(run.run_dir)
+        done = steps_done(run.run_dir, run.offset)
         if fault.trigger == "step" and done >= fault.at:
             return
         if fault.trigger == "snapshot" and snapshot_committed(run.run_dir, fault.at):
