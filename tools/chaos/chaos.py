@@ -349,7 +349,7 @@ def run_schedule(
     *,
     steps: int,
     reference: Path | None = None,
-    trigger_timeout_s: float = 30.0,
+    trigger_timeout_s: float = 90.0,
     max_controllers: int = 8,
     log: Callable[[str], None] = print,
 ) -> Outcome:
@@ -449,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-default-sets", action="store_true", help="only --set's overrides")
     parser.add_argument("--out", default="", help="keep run directories and results.json here")
-    parser.add_argument("--trigger-timeout", type=float, default=30.0, metavar="S")
+    parser.add_argument("--trigger-timeout", type=float, default=90.0, metavar="S")
     opts = parser.parse_args(argv)
 
     sets = [*([] if opts.no_default_sets else DEFAULT_SETS), *opts.set]
