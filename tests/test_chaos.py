@@ -102,6 +102,6 @@ def test_a_random_schedule_with_staleness_and_dynamic_sampling(
         _args(DYNAMIC),
         steps=STEPS,
         reference=clean_run(DYNAMIC),
-        trigger_timeout_s=15.0,
+        trigger_timeout_s=60.0,
     )
     _check(outcome, every_fault_hit=False)  # a target may be down from the fault before
