@@ -14,20 +14,32 @@ import pytest
 # the tests share up_helpers.py (import mode is importlib, so the directory is not on sys.path)
 sys.path.insert(0, str(Path(__file__).parent))
 
-SIM = Path(__file__).resolve().parents[1] / "tools" / "bench" / "e2e" / "sim.py"
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
+SIM = TOOLS / "bench" / "e2e" / "sim.py"
+CHAOS = TOOLS / "chaos" / "chaos.py"
 
 
-@pytest.fixture(scope="session")
-def sim() -> ModuleType:
-    """tools/bench/e2e/sim.py (the real Driver with simulated services), imported by path:
-    tools/ is not a package."""
-    sys.path.insert(0, str(SIM.parent))
-    spec = importlib.util.spec_from_file_location("rlx_bench_e2e_sim", SIM)
+def _tool(path: Path, name: str) -> ModuleType:
+    """A script under tools/, imported by path (tools/ is not a package)."""
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="session")
+def sim() -> ModuleType:
+    """tools/bench/e2e/sim.py: the real Driver with simulated services."""
+    return _tool(SIM, "rlx_bench_e2e_sim")
+
+
+@pytest.fixture(scope="session")
+def chaos() -> ModuleType:
+    """tools/chaos/chaos.py: fault schedules against a real run."""
+    return _tool(CHAOS, "rlx_tools_chaos")
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,7 @@ README.md` says how to run many more.
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -21,21 +19,9 @@ from typing import Any
 import pytest
 from up_helpers import STEPS, small_sets
 
-CHAOS = Path(__file__).resolve().parents[1] / "tools" / "chaos" / "chaos.py"
 # the (j, k) of test_up_resume's runs, so the uninterrupted references are shared (clean_run)
 LOCKSTEP = ("staleness.reload=1", "staleness.accept=1", "dynamic_sampling.enabled=false")
 DYNAMIC = ("staleness.reload=2", "staleness.accept=4", "dynamic_sampling.enabled=true")
-
-
-@pytest.fixture(scope="session")
-def chaos() -> ModuleType:
-    """tools/chaos/chaos.py, imported by path (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("rlx_tools_chaos", CHAOS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _args(extra: tuple[str, ...]) -> list[str]:

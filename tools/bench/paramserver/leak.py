@@ -35,26 +35,11 @@ from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
 from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
 from rlx_core.rpc import connect, tensor_to_chunks
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench import rss, tree_bytes  # the same /proc and tmpfs readings as the push/pull bench
+
 TOKEN = "bench-paramserver-leak-token-0123456789"
 MIB = 1 << 20
-
-
-def status(pid: int, key: str) -> int:
-    """A /proc/PID/status memory figure in bytes (VmRSS, VmHWM)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
-def tree_bytes(root: str) -> int:
-    """Bytes of tmpfs pages held by the files under `root` (files vanish while we walk)."""
-    total = 0
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            with contextlib.suppress(FileNotFoundError):
-                total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
 
 
 def shm_used() -> int:
@@ -127,7 +112,7 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(0.01):
             with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                now = status(self.pid, "VmRSS") + tree_bytes(self.root)
+                now = rss(self.pid, "VmRSS") + tree_bytes(self.root)
                 self.peak = max(self.peak, now)
 
     def __enter__(self) -> Sampler:
@@ -176,9 +161,9 @@ def run(transport: str, rounds: int, mib: int) -> None:
             maps = len(Path(f"/proc/{server.pid}/maps").read_text().splitlines())
             segments = len(glob.glob("/dev/shm/rlx-ps-*"))
             print(
-                f"{r:>5} {status(server.pid, 'VmRSS') / MIB:>8.0f} MiB "
+                f"{r:>5} {rss(server.pid, 'VmRSS') / MIB:>8.0f} MiB "
                 f"{tree_bytes(root) / MIB:>5.0f} MiB {sampler.peak / MIB:>5.0f} MiB {fds:>5} "
-                f"{maps:>6} {status(os.getpid(), 'VmRSS') / MIB:>8.0f} MiB {segments:>8} "
+                f"{maps:>6} {rss(os.getpid(), 'VmRSS') / MIB:>8.0f} MiB {segments:>8} "
                 f"{shm_used() / MIB:>5.0f} MiB"
             )
         client.close()
