@@ -26,6 +26,7 @@ WRONG_BODY = "\n    return {};\n}\n"  # the declared type's default value: a wro
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 160+ compiles: minutes on 2 loaded cores
 def test_humaneval_x_cpp(verifier: Verifier) -> None:
     problems = load_jsonl(DATA / "code" / "humaneval_cpp.jsonl.gz")
     assert len(problems) == 164
@@ -102,6 +103,7 @@ def test_humaneval_x_go(verifier: Verifier) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 160+ compiles: minutes on 2 loaded cores
 def test_humaneval_x_rust(verifier: Verifier) -> None:
     if "rust" not in verifier.languages:
         pytest.skip("no Rust toolchain")
