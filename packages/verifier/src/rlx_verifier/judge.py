@@ -113,8 +113,9 @@ class Verifier:
         self._seed: str | None = None  # Go build-cache seed ("" = could not be made)
         self._seed_lock = Lock()
         log.info(
-            "verifier: sandbox %s, %d workers, languages: %s",
+            "verifier: sandbox %s with bwrap %s, %d workers, languages: %s",
             self.sandbox.mode,
+            self.sandbox.bwrap_description,
             self.workers,
             ", ".join(f"{n} ({lang.version})" for n, lang in self.languages.items()),
         )
