@@ -144,11 +144,8 @@ def time_memcpy(tensors: dict[str, np.ndarray], repeats: int) -> float:
     return best(repeats + 1, copy)
 
 
-def time_paramserver(
-    tensors: dict[str, np.ndarray], axes: dict[str, int], repeats: int
-) -> tuple[list[tuple[str, float]], dict[str, int]]:
-    """Timings of push+commit and pull on both transports, and the server's peak memory."""
-    rows = []
+def start_server() -> tuple[subprocess.Popen[str], str]:
+    """A real `rlx-paramserver` process keeping 2 versions, and its address once ready."""
     binary = str(Path(sys.executable).parent / "rlx-paramserver")
     server = subprocess.Popen(
         [binary, "--port", "0", "--max-versions", "2", "--log-level", "WARNING"],
@@ -156,10 +153,19 @@ def time_paramserver(
         text=True,
         env={**os.environ, "RLX_TOKEN": TOKEN},
     )
+    assert server.stdout is not None
+    address = server.stdout.readline().strip()
+    LifecycleClient(address, token=TOKEN).wait_ready(timeout=60)
+    return server, address
+
+
+def time_paramserver(
+    tensors: dict[str, np.ndarray], axes: dict[str, int], repeats: int
+) -> tuple[list[tuple[str, float]], dict[str, int]]:
+    """Timings of push+commit and pull on both transports, and the server's peak memory."""
+    rows = []
+    server, address = start_server()
     try:
-        assert server.stdout is not None
-        address = server.stdout.readline().strip()
-        LifecycleClient(address, token=TOKEN).wait_ready(timeout=60)
         grpc_client = ParamServerClient(address, token=TOKEN, shared_memory=False, timeout=600)
         shm_client = ParamServerClient(address, token=TOKEN, shared_memory=True, timeout=600)
         grpc_client.push(0, {"warmup": np.zeros(8)})

@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import glob
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -29,16 +28,16 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from rlx_core.clients import LifecycleClient, ParamServerClient
+from rlx_core.clients import ParamServerClient
 from rlx_core.errors import AlreadyExists
 from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
 from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
 from rlx_core.rpc import connect, tensor_to_chunks
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench import rss, tree_bytes  # the same /proc and tmpfs readings as the push/pull bench
+# the push/pull bench's server, token and /proc and tmpfs readings
+from bench import TOKEN, rss, start_server, tree_bytes
 
-TOKEN = "bench-paramserver-leak-token-0123456789"
 MIB = 1 << 20
 
 
@@ -125,17 +124,8 @@ class Sampler:
 
 
 def run(transport: str, rounds: int, mib: int) -> None:
-    binary = str(Path(sys.executable).parent / "rlx-paramserver")
-    server = subprocess.Popen(
-        [binary, "--port", "0", "--max-versions", "2", "--log-level", "WARNING"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "RLX_TOKEN": TOKEN},
-    )
+    server, address = start_server()
     try:
-        assert server.stdout is not None
-        address = server.stdout.readline().strip()
-        LifecycleClient(address, token=TOKEN).wait_ready(timeout=60)
         (root,) = glob.glob(f"/dev/shm/rlx-psstore-{server.pid}-*")
         shm = None if transport == "shm" else False
         client = ParamServerClient(address, token=TOKEN, shared_memory=shm, timeout=600)
