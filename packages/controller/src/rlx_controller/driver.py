@@ -278,6 +278,11 @@ class RunSummary:
         return dict(self.__dict__)
 
 
+def _service_of(what: str) -> str:
+    """The service a call's description names first ("trainer step" -> "trainer")."""
+    return what.split(" ", 1)[0]
+
+
 def _retry(
     fn: Callable[[], Any],
     what: str,
@@ -288,7 +293,6 @@ def _retry(
     """fn() with exponential backoff while it raises Unavailable / DeadlineExceeded; a dead
     local service ends the retries at once (it needs a restart, not patience). `what` starts
     with the name of the service called ("trainer step")."""
-    service = what.split(" ", 1)[0]
     start = time.monotonic()
     delay = 0.5
     while True:
@@ -300,7 +304,7 @@ def _retry(
                 raise ComponentFailed(f"{what}: {', '.join(gone)} not running: {e}") from e
             if time.monotonic() - start + delay > deadline_s:
                 raise ComponentFailed(
-                    f"{what}: no answer within {deadline_s:.0f} s: {e}", service=service
+                    f"{what}: no answer within {deadline_s:.0f} s: {e}", service=_service_of(what)
                 ) from e
             log(f"{what}: {type(e).__name__}; retrying in {delay:.1f} s")
             time.sleep(delay)
@@ -445,8 +449,8 @@ class Driver:
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
         """fn() through `_retry`; a call to a service that stops answering status calls (it
         hangs) is given up after the component deadline (rlx_controller.liveness)."""
-        liveness, service = self._liveness, what.split(" ", 1)[0]
-        watched = fn if liveness is None else functools.partial(liveness.call, fn, service)
+        live = self._liveness
+        watched = fn if live is None else functools.partial(live.call, fn, _service_of(what))
         try:
             dead = self.services.provider.dead if self.services is not None else list
             return _retry(watched, what, self.deadline_s, self.log, dead)
@@ -455,7 +459,7 @@ class Driver:
         except ComponentFailed:
             raise
         except _TRANSIENT as e:
-            raise ComponentFailed(f"{what}: {e}", service=what.split(" ", 1)[0]) from e
+            raise ComponentFailed(f"{what}: {e}", service=_service_of(what)) from e
 
     # --- prompts and units --------------------------------------------------------------------
     def _prompt(self, dataset: str, row: int) -> Prompt:
@@ -923,9 +927,8 @@ class Driver:
             lease.release()
 
     def _run_leased(self, resume: bool, start: float) -> RunSummary:
-        found = read_run_info(self.storage) if resume else None
-        if found is not None:
-            info = found
+        info = read_run_info(self.storage) if resume else None
+        if info is not None:
             if info["config_hash"] != self.hash:
                 raise RlxError(f"{self.run_dir}: the config differs from the run's (hash)")
             self.run_id = info["run_id"]
