@@ -81,6 +81,7 @@ OVERRIDES = (
     "scaled",
 )
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_DATASET_EXTENSIONS = (".jsonl", ".jsonl.gz", ".parquet")
 
 
 def _at_least(owner: object, minimum: float, *names: str) -> None:
@@ -116,20 +117,41 @@ class ModelSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class DatasetConfig:
-    """One JSONL dataset of the prompt mixture (or of the held-out evaluation)."""
+    """One dataset of the prompt mixture (or of the held-out evaluation): a JSONL or Parquet
+    file, which record fields make the prompt, and how its gold answers are written."""
 
     name: str  # unique short name, [A-Za-z0-9_.-]; prompt ids are "<name>/<row>"
-    path: str  # JSONL file: a path, file://, s3://bucket/key or gs://bucket/key
+    path: str  # JSONL (.jsonl, .jsonl.gz) or Parquet (.parquet) file: path, file://, s3://, gs://
+    format: Literal["auto", "jsonl", "parquet"] = "auto"  # "auto": from the path's extension
     prompt_field: str = "prompt"  # record field holding the prompt text
-    answer_field: str = "answer"  # record field holding the gold answer (math)
+    # record field holding the prompt as chat turns [{role, content}, ...] ending with a user
+    # turn, instead of prompt_field and template; "" = use prompt_field
+    messages_field: str = ""
     # how a record becomes the model's input: {field} placeholders name record fields, and
     # {prompt} (the value of prompt_field) must appear; "{prompt}" = the prompt as is
     template: str = "{prompt}"
+    # render the prompt with the checkpoint's chat template (the templated text as one user
+    # turn); false = the templated text is the model input as is, tokenized with the
+    # tokenizer's special-token rules (messages_field and system_prompt need true)
+    chat_template: bool = True
+    system_prompt: str = ""  # system turn put first when a record has none; "" = none
+    answer_field: str = "answer"  # record field holding the gold answer (math)
+    # how answer_field writes the gold: "plain" as is; "gsm8k" a solution ending "#### N";
+    # "math" a solution whose last \boxed{...} holds it
+    answer_format: Literal["plain", "gsm8k", "math"] = "plain"
     reward: Literal["math", "code"] = "math"  # math: answer vs gold; code: run against tests
     tests_field: str = "tests"  # code: record field with the test links (test-data repository)
     language: str = "python"  # code: language of the programs to judge
+    # math: how the verifier finds the answer in a response (rlx_verifier.extract_answer)
     math_extractor: Literal["auto", "boxed", "hash", "answer_is", "last_number"] = "auto"
     weight: float = 1.0  # relative share of prompts drawn from this dataset, > 0
+
+    @property
+    def file_format(self) -> Literal["jsonl", "parquet"]:
+        """`format`, or the one the path's extension names when it is "auto"."""
+        if self.format != "auto":
+            return self.format
+        return "parquet" if self.path.lower().endswith(".parquet") else "jsonl"
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -139,7 +161,16 @@ class DatasetConfig:
                 value=self.name,
             )
         if not self.path:
-            raise ConfigError("is empty: give the JSONL file", field="path", value=self.path)
+            raise ConfigError(
+                "is empty: give the JSONL or Parquet file", field="path", value=self.path
+            )
+        if self.format == "auto" and not self.path.lower().endswith(_DATASET_EXTENSIONS):
+            raise ConfigError(
+                f"cannot tell the format from the extension (one of "
+                f'{", ".join(_DATASET_EXTENSIONS)}): set format = "jsonl" or "parquet"',
+                field="path",
+                value=self.path,
+            )
         if not (self.weight > 0 and math.isfinite(self.weight)):
             raise ConfigError("must be a finite number > 0", field="weight", value=self.weight)
         try:
@@ -157,6 +188,43 @@ class DatasetConfig:
                 "placeholders must be plain field names such as {prompt} or {question}",
                 field="template",
                 value=self.template,
+            )
+        self._check_prompt_fields()
+        if self.reward == "code" and self.answer_format != "plain":
+            raise ConfigError(
+                'applies to math datasets only (reward = "code" has tests, not answers)',
+                field="answer_format",
+                value=self.answer_format,
+            )
+
+    def _check_prompt_fields(self) -> None:
+        if self.messages_field:
+            if self.prompt_field != "prompt":
+                raise ConfigError(
+                    "give prompt_field or messages_field, not both",
+                    field="messages_field",
+                    value=self.messages_field,
+                )
+            if self.template != "{prompt}":
+                raise ConfigError(
+                    "applies to prompt_field only: a messages_field record's turns are used as "
+                    "they are",
+                    field="template",
+                    value=self.template,
+                )
+            if not self.chat_template:
+                raise ConfigError(
+                    "messages_field needs chat_template = true (chat turns are rendered with "
+                    "the checkpoint's chat template)",
+                    field="chat_template",
+                    value=self.chat_template,
+                )
+        if self.system_prompt and not self.chat_template:
+            raise ConfigError(
+                "system_prompt needs chat_template = true (without it the templated text is "
+                "the whole model input: put the instructions in template)",
+                field="system_prompt",
+                value=self.system_prompt,
             )
 
 
