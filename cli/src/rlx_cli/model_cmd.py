@@ -48,7 +48,7 @@ def _ids_of(record: dict[str, Any], key: str, tokenizer: Any, where: str) -> lis
                 f"{where}: {key!r} is text but the checkpoint has no tokenizer.json; "
                 f"give {key}_ids instead"
             )
-        return list(tokenizer.encode(record[key]))
+        return list(tokenizer.encode(record[key], add_special_tokens=False))
     raise InvalidArgument(f"{where}: needs {key}_ids (or {key} with a tokenizer)")
 
 
@@ -176,11 +176,11 @@ def generate(
                 raise InvalidArgument(
                     f"{checkpoint} has no tokenizer.json; use --prompt-ids instead of --prompt"
                 )
-            ids = tokenizer.encode(prompt)
+            ids = tokenizer.encode(prompt, add_special_tokens=False)
         if not ids:
             raise InvalidArgument("the prompt is empty")
         sampling = Sampling(greedy=greedy, temperature=temperature, top_p=top_p, top_k=top_k)
-        stops = (tokenizer.eos_token_ids if tokenizer else cfg.eos_token_ids) if stop_at_eos else ()
+        stops = (tokenizer.stop_ids if tokenizer else cfg.eos_token_ids) if stop_at_eos else ()
         unit = WorkUnit(
             unit_id="cli",
             version=0,

@@ -93,9 +93,10 @@ def test_tokenizer_and_chat_template_match_hf() -> None:
     tok = load_tokenizer(DATA / "qwen2")
     assert tok is not None
     assert tok.vocab_size == expected["vocab_size_with_added"]
-    assert tok.eos_token_ids == (expected["eos_token_id"],)
-    assert tok.encode(expected["text"]) == expected["text_ids"]
+    assert tok.stop_ids == (expected["eos_token_id"],)
+    assert tok.encode(expected["text"], add_special_tokens=False) == expected["text_ids"]
     assert tok.decode(expected["text_ids"]) == expected["text"]
-    chat = tok.apply_chat_template(expected["messages"], add_generation_prompt=True)
+    chat = tok.render(expected["messages"], add_generation_prompt=True)
     assert chat == expected["chat_text"]
-    assert tok.encode(chat) == expected["chat_ids"]
+    assert tok.encode(chat, add_special_tokens=False) == expected["chat_ids"]
+    assert tok.prompt_ids(expected["messages"]) == expected["chat_ids"]

@@ -18,7 +18,7 @@ from rlx_model.decoder import (
 from rlx_model.families import FAMILIES, config_from_hf, get_family
 from rlx_model.generate import SamplingParams, generate, sample_logits
 from rlx_model.sharding import batch_sharding, make_mesh, param_shardings, shard_params
-from rlx_model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from rlx_model.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 
 __all__ = [
     "BENCH_CONFIG",
@@ -26,7 +26,7 @@ __all__ = [
     "FAMILIES",
     "TINY_CONFIGS",
     "ByteTokenizer",
-    "HFTokenizer",
+    "Tokenizer",
     "KVCache",
     "ModelConfig",
     "Params",
