@@ -59,8 +59,8 @@ def test_dataset_errors_name_field_file_and_line(
     cfg = loads_run_config(_cfg(tmp_path, bad, code_jsonl))
     with pytest.raises(ConfigError) as info:
         load_dataset(cfg.datasets[0], field_path="datasets[0]")
-    assert info.value.field == "datasets[0]" and "record 2" in str(info.value)
-    assert "'answer'" in str(info.value)
+    assert info.value.field == "datasets[0].answer_field"
+    assert "bad.jsonl:2: the record has no field 'answer' (it has 'prompt')" in str(info.value)
     bad.write_text('{"prompt": "1+1=", "answer": "2"}\nnot json\n')
     with pytest.raises(ConfigError, match=r"bad.jsonl:2") as info:
         load_dataset(cfg.datasets[0], field_path="datasets[0]")

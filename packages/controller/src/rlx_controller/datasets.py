@@ -1,24 +1,33 @@
-"""Datasets of the prompt mixture: JSONL files read through rlx_core.storage, rendered with the
-config's template, optionally pre-filtered by base-model pass rates.
+"""Datasets of the prompt mixture: JSONL or Parquet files read through rlx_core.storage, each
+record made into a prompt (chat turns and text) and a gold answer or tests, optionally
+pre-filtered by base-model pass rates.
 
     ds = load_dataset(cfg.datasets[0], field_path="datasets[0]")
-    ds.prompt(17)            # Prompt(id="math/17", text=..., answer=..., ...)
+    ds.prompt(17)            # Prompt(id="math/17", messages=(...), text=..., answer=..., ...)
     sources = mixture_sources(cfg, datasets, load_prefilter(cfg.prefilter.file))
 
-A bad line is an InvalidArgument naming the file, the line number and the missing field. The
-pre-filter file (written by `rlx prefilter`) has one JSON object per line:
+A record's prompt is either its `messages_field` (chat turns `{"role", "content"}` ending with a
+user turn) or its `prompt_field` put into the config's `template` (one user turn). Its gold
+answer is `answer_field`, as is or extracted (`answer_format`: a GSM8K `#### N` or MATH's last
+`\\boxed{}`). `load_dataset` checks every record once; a bad record is a ConfigError naming the
+config field (`datasets[0].answer_field`), the file and the record: `file:LINE` (1-based) for
+JSONL, `file row N` (0-based, as in prompt ids) for Parquet.
+
+The pre-filter file (written by `rlx prefilter`) has one JSON object per line:
 `{"dataset": "math", "row": 17, "pass_rate": 0.375}`. A dataset that appears in it keeps only the
 rows listed with min_pass_rate < pass_rate < max_pass_rate; a dataset absent from it is kept whole.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlx_controller.gold_answers import gold_answer
 from rlx_controller.mixture import MixtureSource
 from rlx_controller.run_config import DatasetConfig, PrefilterConfig, RunConfig, split_uri
 from rlx_core.errors import ConfigError, InvalidArgument
@@ -32,7 +41,11 @@ __all__ = [
     "load_prefilter",
     "mixture_sources",
     "read_jsonl",
+    "read_parquet",
 ]
+
+_ROLES = ("system", "user", "assistant", "tool")  # the roles a chat turn may have
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
@@ -42,7 +55,11 @@ class Prompt:
     id: str  # "<dataset>/<row>"
     dataset: str
     row: int
-    text: str  # the template applied to the record
+    # the chat turns to render with the checkpoint's chat template, each {"role", "content"}:
+    # the record's messages, or `text` as one user turn; system_prompt's turn first when set
+    messages: tuple[dict[str, str], ...]
+    text: str  # the template applied to the record; for a messages record, its last user turn
+    chat: bool  # the dataset's chat_template: render `messages` (true) or encode `text` as is
     reward: str  # "math" or "code"
     answer: str | None  # math: the gold answer
     tests: tuple[str, ...]  # code: links to the tests in the test-data repository
@@ -50,26 +67,190 @@ class Prompt:
     math_extractor: str
 
 
-def read_jsonl(uri: str) -> list[dict[str, Any]]:
-    """The JSON objects of a JSONL file (path or URI); blank lines are skipped but counted."""
+def _read(uri: str) -> bytes:
     directory, name = split_uri(uri)
-    data = open_storage(directory).get(name)
-    records = []
-    for number, line in enumerate(data.decode("utf-8", errors="strict").splitlines(), 1):
+    return open_storage(directory).get(name)
+
+
+def _jsonl(uri: str) -> tuple[list[dict[str, Any]], list[int]]:
+    """The JSON objects of a JSONL file (gzipped or not) and their 1-based line numbers."""
+    data = _read(uri)
+    if data.startswith(_GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise InvalidArgument(f"{uri}: not a gzip file: {e}") from None
+    records: list[dict[str, Any]] = []
+    lines: list[int] = []
+    # bytes, not str, lines: JSON strings may hold U+2028, which str.splitlines splits at
+    for number, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except ValueError as e:
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
             raise InvalidArgument(f"{uri}:{number}: not a JSON object: {e}") from None
         if not isinstance(record, dict):
-            raise InvalidArgument(f"{uri}:{number}: expected a JSON object, got {line[:60]!r}")
+            got = line[:60].decode("utf-8", errors="replace")
+            raise InvalidArgument(f"{uri}:{number}: expected a JSON object, got {got!r}")
         records.append(record)
-    return records
+        lines.append(number)
+    return records, lines
+
+
+def read_jsonl(uri: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file (path or URI; gzipped or not); blank lines are skipped
+    but counted in error messages' line numbers."""
+    return _jsonl(uri)[0]
+
+
+def _parquet(
+    uri: str, columns: Collection[str] | None
+) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The rows of a Parquet file as dicts holding those of `columns` the file has (None: all),
+    and all the file's column names."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = _read(uri)
+    try:
+        file = pq.ParquetFile(pa.BufferReader(data))
+        names = tuple(file.schema_arrow.names)
+        wanted = [n for n in names if columns is None or n in columns]
+        if not wanted:  # none of the columns asked for: rows without fields, to report on
+            return [{} for _ in range(file.metadata.num_rows)], names
+        return file.read(columns=wanted).to_pylist(), names
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise InvalidArgument(f"{uri}: not a readable Parquet file: {e}") from None
+
+
+def read_parquet(uri: str, columns: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of a Parquet file (path or URI) as dicts of those of `columns` it has (None:
+    all); nested columns come as Python lists and dicts (a list of structs: a list of dicts)."""
+    return _parquet(uri, columns)[0]
+
+
+class _BadRecord(Exception):
+    """A record that does not fit its dataset's config; `field` is the config field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _show_end(text: str) -> str:
+    """The end of a long answer text: where a final answer would be."""
+    return repr(text) if len(text) <= 80 else "..." + repr(text[-77:])
+
+
+def _turns(value: Any, name: str) -> tuple[dict[str, str], ...]:
+    """Chat turns {"role", "content"} (other keys dropped), ending with a user turn."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise _BadRecord(
+            "messages_field",
+            f"{name!r} must be a non-empty list of {{role, content}} turns, got {_show(value)}",
+        )
+    turns = []
+    for k, turn in enumerate(value):
+        role = turn.get("role") if isinstance(turn, Mapping) else None
+        content = turn.get("content") if isinstance(turn, Mapping) else None
+        if not isinstance(role, str) or not isinstance(content, str):
+            raise _BadRecord(
+                "messages_field",
+                f"{name!r} turn {k} is not a {{role, content}} pair of strings: {_show(turn)}",
+            )
+        if role not in _ROLES:
+            raise _BadRecord(
+                "messages_field",
+                f"{name!r} turn {k} has role {role!r}, not one of {', '.join(_ROLES)}",
+            )
+        turns.append({"role": role, "content": content})
+    if turns[-1]["role"] != "user":
+        raise _BadRecord(
+            "messages_field",
+            f"{name!r} ends with a {turns[-1]['role']!r} turn: the last turn must be the user's "
+            "(the one the model answers)",
+        )
+    return tuple(turns)
+
+
+def _answer(cfg: DatasetConfig, value: Any) -> str:
+    name = cfg.answer_field
+    if cfg.answer_format == "plain":
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise _BadRecord(
+                "answer_field", f"{name!r} must be a string or a number, got {_show(value)}"
+            )
+        return str(value)
+    if not isinstance(value, str):
+        raise _BadRecord("answer_field", f"{name!r} must be a string, got {_show(value)}")
+    found = gold_answer(value, cfg.answer_format)
+    if found is None:
+        what = "final '#### N'" if cfg.answer_format == "gsm8k" else "\\boxed{...}"
+        raise _BadRecord(
+            "answer_field",
+            f"{name!r} holds no {what} (answer_format = {cfg.answer_format!r}): {_show_end(value)}",
+        )
+    return found
+
+
+def _tests(cfg: DatasetConfig, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)) and all(isinstance(t, str) for t in value):
+        return tuple(value)
+    raise _BadRecord(
+        "tests_field",
+        f"{cfg.tests_field!r} must be a test link or a list of them, got {_show(value)}",
+    )
+
+
+def _prompt(cfg: DatasetConfig, row: int, record: Mapping[str, Any]) -> Prompt:
+    """The prompt of `record`; _BadRecord when it does not fit the config."""
+    messages: tuple[dict[str, str], ...]
+    if cfg.messages_field:
+        messages = _turns(record[cfg.messages_field], cfg.messages_field)
+        text = messages[-1]["content"]
+    else:
+        value = record[cfg.prompt_field]
+        if not isinstance(value, str):
+            raise _BadRecord(
+                "prompt_field", f"{cfg.prompt_field!r} must be a string, got {_show(value)}"
+            )
+        fields = dict(record)
+        fields["prompt"] = value
+        try:
+            text = cfg.template.format_map(fields)
+        except (ValueError, TypeError) as e:  # a format spec that does not fit the value
+            raise _BadRecord("template", f"cannot apply the template: {e}") from None
+        messages = ({"role": "user", "content": text},)
+    if cfg.system_prompt and all(t["role"] != "system" for t in messages):
+        messages = ({"role": "system", "content": cfg.system_prompt}, *messages)
+    answer = _answer(cfg, record[cfg.answer_field]) if cfg.reward == "math" else None
+    tests = _tests(cfg, record[cfg.tests_field]) if cfg.reward == "code" else ()
+    return Prompt(
+        id=f"{cfg.name}/{row}",
+        dataset=cfg.name,
+        row=row,
+        messages=messages,
+        text=text,
+        chat=cfg.chat_template,
+        reward=cfg.reward,
+        answer=answer,
+        tests=tests,
+        language=cfg.language,
+        math_extractor=cfg.math_extractor,
+    )
 
 
 class Dataset:
-    """A loaded JSONL dataset and its config."""
+    """A loaded dataset and its config; its records hold the fields the config uses."""
 
     def __init__(self, config: DatasetConfig, records: Sequence[Mapping[str, Any]]) -> None:
         self.config = config
@@ -83,57 +264,71 @@ class Dataset:
         return len(self.records)
 
     def prompt(self, row: int) -> Prompt:
-        """The rendered prompt of record `row` (0-based among the file's records)."""
-        cfg = self.config
-        record = self.records[row]
-        fields = dict(record)
-        fields["prompt"] = record[cfg.prompt_field]
-        text = cfg.template.format_map(fields)
-        tests: tuple[str, ...] = ()
-        answer = None
-        if cfg.reward == "math":
-            answer = str(record[cfg.answer_field])
-        else:
-            raw = record[cfg.tests_field]
-            tests = (raw,) if isinstance(raw, str) else tuple(str(t) for t in raw)
-        return Prompt(
-            id=f"{cfg.name}/{row}",
-            dataset=cfg.name,
-            row=row,
-            text=text,
-            reward=cfg.reward,
-            answer=answer,
-            tests=tests,
-            language=cfg.language,
-            math_extractor=cfg.math_extractor,
-        )
+        """The prompt of record `row` (0-based among the file's records)."""
+        try:
+            return _prompt(self.config, row, self.records[row])
+        except _BadRecord as e:
+            raise ConfigError(f"{self.config.path} row {row}: {e.message}", field=e.field) from None
+
+
+def _needed(cfg: DatasetConfig) -> dict[str, str]:
+    """{record field: the config field that names it}, the prompt's first."""
+    if cfg.messages_field:
+        needed = {cfg.messages_field: "messages_field"}
+    else:
+        needed = {cfg.prompt_field: "prompt_field"}
+    if cfg.reward == "math":
+        needed.setdefault(cfg.answer_field, "answer_field")
+    else:
+        needed.setdefault(cfg.tests_field, "tests_field")
+    for _, name, _, _ in string.Formatter().parse(cfg.template):
+        if name and name != "prompt":
+            needed.setdefault(name, "template")
+    return needed
 
 
 def load_dataset(cfg: DatasetConfig, *, field_path: str = "datasets") -> Dataset:
-    """Read and check a dataset: every record has the prompt field, the fields the template
-    names, and the answer (math) or tests (code) field. Errors name `field_path`, the file and
-    the line."""
+    """Read and check a dataset: every record has the fields the config names (not null), a
+    string prompt or well-formed chat turns, and a gold answer (math; extracted as
+    `answer_format` says) or tests (code). Errors are ConfigErrors naming
+    `<field_path>.<config field>`, the file and the record. The records keep only the fields
+    the config uses (a Parquet file is read for those columns only)."""
+    needed = _needed(cfg)
+    lines: list[int] | None = None
+    columns: tuple[str, ...] | None = None
     try:
-        records = read_jsonl(cfg.path)
+        if cfg.file_format == "parquet":
+            records, columns = _parquet(cfg.path, needed)
+        else:
+            records, lines = _jsonl(cfg.path)
     except InvalidArgument as e:
         raise ConfigError(str(e), field=f"{field_path}.path", value=cfg.path) from None
     if not records:
         raise ConfigError(f"{cfg.path} holds no records", field=f"{field_path}.path")
-    needed = {cfg.prompt_field, cfg.answer_field if cfg.reward == "math" else cfg.tests_field}
-    needed |= {f for _, f, _, _ in string.Formatter().parse(cfg.template) if f and f != "prompt"}
-    for number, record in enumerate(records, 1):
-        missing = sorted(n for n in needed if n not in record)
-        if missing:
+    for i, record in enumerate(records):
+        where = f"{cfg.path}:{lines[i]}" if lines is not None else f"{cfg.path} row {i}"
+        absent = [n for n in needed if n not in record]
+        if absent:
+            has = columns if columns is not None else tuple(sorted(record))
             raise ConfigError(
-                f"{cfg.path}: record {number} has no field {', '.join(map(repr, missing))} "
-                f"(it has {', '.join(map(repr, sorted(record)))})",
-                field=field_path,
+                f"{where}: the record has no field {', '.join(map(repr, absent))} "
+                f"(it has {', '.join(map(repr, has)) or 'none'})",
+                field=f"{field_path}.{needed[absent[0]]}",
+                value=absent[0],
             )
-        if not isinstance(record[cfg.prompt_field], str):
+        null = [n for n in needed if record[n] is None]
+        if null:
             raise ConfigError(
-                f"{cfg.path}: record {number}: {cfg.prompt_field!r} must be a string",
-                field=f"{field_path}.prompt_field",
+                f"{where}: field {null[0]!r} is null",
+                field=f"{field_path}.{needed[null[0]]}",
+                value=null[0],
             )
+        try:
+            _prompt(cfg, i, record)
+        except _BadRecord as e:
+            raise ConfigError(f"{where}: {e.message}", field=f"{field_path}.{e.field}") from None
+        if len(record) > len(needed):
+            records[i] = {n: record[n] for n in needed}
     return Dataset(cfg, records)
 
 
