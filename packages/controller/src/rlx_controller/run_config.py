@@ -124,20 +124,20 @@ class DatasetConfig:
     path: str  # JSONL (.jsonl, .jsonl.gz) or Parquet (.parquet) file: path, file://, s3://, gs://
     format: Literal["auto", "jsonl", "parquet"] = "auto"  # "auto": from the path's extension
     prompt_field: str = "prompt"  # record field holding the prompt text
-    # record field holding the prompt as chat turns [{role, content}, ...] ending with a user
-    # turn, instead of prompt_field and template; "" = use prompt_field
+    # record field of chat turns [{role, content}, ...] ending in a user turn; "" = prompt_field
     messages_field: str = ""
     # how a record becomes the model's input: {field} placeholders name record fields, and
     # {prompt} (the value of prompt_field) must appear; "{prompt}" = the prompt as is
     template: str = "{prompt}"
-    # render the prompt with the checkpoint's chat template (the templated text as one user
-    # turn); false = the templated text is the model input as is, tokenized with the
-    # tokenizer's special-token rules (messages_field and system_prompt need true)
+    # true: render the prompt with the checkpoint's chat template; false: the text as it is
+    # (true: the templated text is one user turn; false: the dataset's template text is the
+    # model input, tokenized with the tokenizer's special-token rules; messages_field and
+    # system_prompt need true)
     chat_template: bool = True
     system_prompt: str = ""  # system turn put first when a record has none; "" = none
     answer_field: str = "answer"  # record field holding the gold answer (math)
-    # how answer_field writes the gold: "plain" as is; "gsm8k" a solution ending "#### N";
-    # "math" a solution whose last \boxed{...} holds it
+    # how answer_field writes the gold: "plain" as is, "gsm8k" "... #### N", "math" last \boxed{}
+    # (gsm8k: the number after the final "#### ", commas removed; math: braces balanced)
     answer_format: Literal["plain", "gsm8k", "math"] = "plain"
     reward: Literal["math", "code"] = "math"  # math: answer vs gold; code: run against tests
     tests_field: str = "tests"  # code: record field with the test links (test-data repository)
