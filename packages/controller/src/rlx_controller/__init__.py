@@ -11,6 +11,7 @@ from rlx_controller.datasets import (
     load_prefilter,
     mixture_sources,
     read_jsonl,
+    read_parquet,
 )
 from rlx_controller.demo import (
     AdditionTask,
@@ -18,6 +19,7 @@ from rlx_controller.demo import (
     addition_splits,
     write_addition_jsonl,
 )
+from rlx_controller.gold_answers import boxed_answer, gsm8k_answer
 from rlx_controller.mixture import MixtureSource, MixtureState, PromptMixture, PromptRef
 from rlx_controller.rng import KeyedPermutation, randbelow, random_u64, sample_seed, uniform
 from rlx_controller.rollout_log import LogScan, RolloutLog
@@ -67,9 +69,11 @@ __all__ = [
     "__version__",
     "addition_answer_correct",
     "addition_splits",
+    "boxed_answer",
     "check_run_inputs",
     "check_staleness",
     "config_hash",
+    "gsm8k_answer",
     "load_dataset",
     "load_prefilter",
     "load_run_config",
@@ -78,6 +82,7 @@ __all__ = [
     "randbelow",
     "random_u64",
     "read_jsonl",
+    "read_parquet",
     "sample_seed",
     "select_groups",
     "serve",
