@@ -13,7 +13,9 @@ Where they go:
   upload and download rides through a storage outage with `rlx_core.storage`'s one retry
   policy (`RLX_STORAGE_RETRY_S`).
 
-The last `keep` steps are kept; older ones are deleted after each save.
+The last `keep` steps are kept; older ones are deleted after each save. A store opened with
+`read_only=True` (what `rlx export` reads through) creates, saves and deletes nothing, and
+`restore_params` reads a step's params alone, not its optimizer state.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
-from rlx_core.errors import Corrupt, InvalidArgument, NotFound
+from rlx_core.errors import Corrupt, FailedPrecondition, InvalidArgument, NotFound
 from rlx_core.storage import COMMIT_MARKER, open_storage
 
 __all__ = ["CheckpointStore"]
@@ -36,20 +40,31 @@ __all__ = ["CheckpointStore"]
 log = logging.getLogger(__name__)
 
 
-def _options(keep: int | None) -> ocp.CheckpointManagerOptions:
+def _options(keep: int | None, read_only: bool) -> ocp.CheckpointManagerOptions:
+    if read_only:
+        return ocp.CheckpointManagerOptions(read_only=True, enable_async_checkpointing=False)
     return ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=False
     )
 
 
-def _manager(directory: str, keep: int | None) -> ocp.CheckpointManager:
+def _manager(
+    directory: str, keep: int | None, *, read_only: bool = False, partial: bool = False
+) -> ocp.CheckpointManager:
+    """`partial`: a reader whose state item restores a part of the tree (PyTreeRestore with
+    partial_restore; StandardRestore insists on the whole tree). Both read the same files."""
     # On GCS, plain zarr arrays rather than one OCDBT database: OCDBT's conditional manifest
     # writes failed against gcp-storage-emulator ("Malformed StorageGeneration").
-    handlers = {
-        "state": ocp.StandardCheckpointHandler(use_ocdbt=not directory.startswith("gs://")),
-        "meta": ocp.JsonCheckpointHandler(),
-    }
-    return ocp.CheckpointManager(directory, item_handlers=handlers, options=_options(keep))
+    ocdbt = not directory.startswith("gs://")
+    state = (
+        ocp.PyTreeCheckpointHandler(use_ocdbt=ocdbt)
+        if partial
+        else ocp.StandardCheckpointHandler(use_ocdbt=ocdbt)
+    )
+    handlers = {"state": state, "meta": ocp.JsonCheckpointHandler()}
+    return ocp.CheckpointManager(
+        directory, item_handlers=handlers, options=_options(keep, read_only or partial)
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -63,11 +78,15 @@ def _sha256(path: Path) -> str:
 class CheckpointStore:
     """Save and restore trainer states under one root URI."""
 
-    def __init__(self, uri: str, *, keep: int = 3, staging_dir: str = "") -> None:
+    def __init__(
+        self, uri: str, *, keep: int = 3, staging_dir: str = "", read_only: bool = False
+    ) -> None:
+        """`read_only`: only list and restore (nothing is created, saved or deleted)."""
         if not uri:
             raise InvalidArgument("checkpoint.uri is not set: nowhere to write checkpoints")
         self.uri = uri
         self.keep = keep
+        self.read_only = read_only
         self._s3 = uri.startswith("s3://")
         if self._s3:
             self._storage = open_storage(uri)
@@ -78,7 +97,8 @@ class CheckpointStore:
         else:
             if uri.startswith("file://"):
                 uri = uri[len("file://") :]
-            self._manager = _manager(uri, keep)
+            self._directory = uri
+            self._manager = _manager(uri, keep, read_only=read_only)
 
     # --- listing --------------------------------------------------------------------------
     def steps(self) -> list[int]:
@@ -109,6 +129,8 @@ class CheckpointStore:
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         """Write `state` (a pytree of arrays) and `meta` (JSON) as `step`; then prune to `keep`.
         A step that is already committed is left as it is (a replay writes identical bytes)."""
+        if self.read_only:
+            raise FailedPrecondition(f"{self.uri}: this checkpoint store was opened read-only")
         if step in self.steps():
             log.info("checkpoint %s/%d already committed; not rewritten", self.uri, step)
             return
@@ -150,7 +172,23 @@ class CheckpointStore:
         with self._downloaded(step) as manager:
             return manager.restore(step, args=args).state
 
-    def _downloaded(self, step: int) -> ocp.CheckpointManager:
+    def restore_params(self, step: int | None, abstract_params: Any) -> Any:
+        """Only the params of `step` (None = newest), as numpy arrays on the host with the
+        shapes and dtypes of `abstract_params` (a pytree of jax.ShapeDtypeStruct). The optimizer
+        state and the reference model are not read."""
+        step = self._resolve(step)
+        item = {"params": abstract_params}
+        restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+        args = ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True)
+        )
+        if self._manager is not None:
+            with _manager(self._directory, None, partial=True) as reader:
+                return reader.restore(step, args=args).state["params"]
+        with self._downloaded(step, partial=True) as reader:
+            return reader.restore(step, args=args).state["params"]
+
+    def _downloaded(self, step: int, *, partial: bool = False) -> ocp.CheckpointManager:
         """A manager over a local copy of committed `step`, every file checked against the
         commit marker."""
         root = self._staging / "restore"
@@ -166,7 +204,7 @@ class CheckpointStore:
                     f"{self._storage.key_uri(f'{step}/{key}')} does not match its "
                     f"{COMMIT_MARKER} record (size or sha256)"
                 )
-        return _manager(str(root), None)
+        return _manager(str(root), None, partial=partial)
 
     def close(self) -> None:
         if self._manager is not None:
