@@ -1,0 +1,203 @@
+"""`rlx export RUN --out DIR`: a run's trained weights as an HF checkpoint directory that
+transformers, vLLM and the next training stage read.
+
+rlx export RUN --out DIR                # the newest trainer checkpoint in RUN/checkpoints
+rlx export RUN --step 40 --out DIR      # the checkpoint of step 40
+rlx export RUN --version 42 --out DIR   # version 42, pulled from the run's live paramserver
+
+DIR gets `config.json` and `model.safetensors` (HF tensor names, in the dtype the trainer holds
+params in), and the tokenizer files of the run's base model (`[model] path`) that it has. It is
+written under a temporary name beside DIR and renamed at the end, so a failed export leaves
+nothing; a DIR that is not empty is replaced only with --force. JAX is imported inside the
+command, so `rlx --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import tomllib
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from rlx_core.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rlx_controller.run_config import RunConfig
+    from rlx_controller.rundir import RunPaths
+
+__all__ = ["register"]
+
+PULL_TIMEOUT_S = 600.0  # one pull of a whole version from the paramserver
+
+
+def _run_config(paths: RunPaths) -> tuple[RunConfig, dict[str, Any]]:
+    """The run's config (validated) and its raw tables; NotFound when RUN is not a run."""
+    from rlx_controller.run_config import loads_run_config
+    from rlx_controller.rundir import CONFIG_FILE, read_text
+
+    if not paths.storage.exists(CONFIG_FILE):
+        raise NotFound(f"{paths.uri}: no such run (no {CONFIG_FILE} there)")
+    text = read_text(paths.storage, CONFIG_FILE)
+    return loads_run_config(text), tomllib.loads(text)
+
+
+def _check_out(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise InvalidArgument(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise AlreadyExists(f"--out {out}: not empty (--force replaces it)")
+
+
+def _publish(staged: Path, out: Path) -> None:
+    """Put the finished `staged` directory at `out` (replacing what is there)."""
+    if not out.exists():
+        staged.rename(out)
+        return
+    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+    out.rename(old)
+    staged.rename(out)
+    shutil.rmtree(old)
+
+
+def _copy_tokenizer(base: str, target: Path) -> list[str]:
+    """Copy the base model's tokenizer files into `target`; the names copied."""
+    from rlx_core.storage import open_storage
+    from rlx_core.tokenizer import TOKENIZER_FILES
+
+    storage = open_storage(base)
+    if not storage.exists("config.json"):
+        raise NotFound(
+            f"{base}: the run's base model directory ([model] path) is not there (its tokenizer "
+            "files go with the export)"
+        )
+    copied = []
+    for name in TOKENIZER_FILES:
+        if storage.exists(name):
+            storage.get_file(name, target / name)
+            copied.append(name)
+    return copied
+
+
+def _live_paramservers(paths: RunPaths) -> list[tuple[str, str]]:
+    """(name, address) of the run's paramserver replicas that run (from the work directory's
+    services.json); Unavailable when there are none."""
+    from rlx_controller.providers.local import read_services, runs_service
+
+    handles = [h for h in read_services(paths.work).values() if h.kind == "paramserver"]
+    # pid 0: a replica on another machine (a TPU node), asked directly
+    live = [(h.name, h.address) for h in handles if h.pid == 0 or runs_service(h)]
+    if not live:
+        where = "recorded" if handles else "none recorded"
+        raise Unavailable(
+            f"{paths.uri}: no live paramserver ({where} in {paths.work / 'services.json'}); "
+            "--version needs the run's services up: export a checkpoint with --step instead"
+        )
+    return live
+
+
+def _pull(paths: RunPaths, tables: dict[str, Any], version: int) -> dict[str, np.ndarray]:
+    """Version `version`'s tensors ('/'-paths) from a replica that holds it; NotFound listing
+    the versions the replicas hold."""
+    from rlx_cli.up_cmd import _token_file
+    from rlx_core.clients import ParamServerClient
+
+    token = str(_token_file(paths.work, tables))
+    held: list[str] = []
+    for name, address in _live_paramservers(paths):
+        with ParamServerClient(address, token_file=token, timeout=30) as client:
+            versions = client.versions()
+            if version in versions:
+                return client.pull(version, timeout=PULL_TIMEOUT_S)[1]
+        held.append(f"{name} at {address} holds {versions or 'none'}")
+    raise NotFound(
+        f"version {version}: not held by the paramserver of {paths.uri} ({'; '.join(held)})"
+    )
+
+
+def _base_architecture(cfg: RunConfig) -> Any:
+    """The ModelConfig of the run's base model (the trainer starts from it; training changes
+    the weights, not the architecture)."""
+    from rlx_model import load_config
+
+    return load_config(cfg.model.path.removeprefix("file://"))
+
+
+def export(
+    run: str = typer.Argument(
+        ..., help="The run directory: a path, or s3://bucket/prefix, gs://bucket/prefix."
+    ),
+    out: Path = typer.Option(..., "--out", help="The HF checkpoint directory to write."),
+    step: int | None = typer.Option(
+        None, "--step", min=0, help="The trainer checkpoint of this step (default: the newest)."
+    ),
+    version: int | None = typer.Option(
+        None,
+        "--version",
+        min=0,
+        help="This weight version, pulled from the run's live paramserver instead.",
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
+    work_dir: Path | None = typer.Option(
+        None,
+        "--work-dir",
+        help="This machine's files of a remote run (services.json, token); default "
+        "~/.cache/rlx/runs/<scheme>/<bucket>/<prefix>.",
+    ),
+) -> None:
+    """Write RUN's trained weights as an HF checkpoint directory for transformers and vLLM.
+
+    From RUN's newest trainer checkpoint, the one of --step, or weight version --version of the
+    run's live paramserver: config.json, model.safetensors (in the dtype the trainer holds
+    params in) and the tokenizer files of the run's base model.
+    """
+    from rlx_controller.rundir import RunPaths
+    from rlx_core.storage import join_uri
+
+    if step is not None and version is not None:
+        raise InvalidArgument("give --step or --version, not both")
+    out = out.absolute()
+    _check_out(out, force)
+    paths = RunPaths.of(run, work_dir)
+    cfg, tables = _run_config(paths)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = out.with_name(f".{out.name}.partial-{uuid.uuid4().hex[:8]}")
+    staged.mkdir()
+    try:
+        copied = _copy_tokenizer(cfg.model.path, staged)
+        from rlx_model import param_shapes
+        from rlx_trainer.export import export_checkpoint, export_tensors
+
+        if version is None:
+            with tempfile.TemporaryDirectory(prefix=".rlx-export-", dir=out.parent) as staging:
+                step, model = export_checkpoint(
+                    join_uri(paths.uri, "checkpoints"), staged, step=step, staging_dir=staging
+                )
+            source = f"checkpoint step {step}"
+        else:
+            tensors = _pull(paths, tables, version)
+            model = export_tensors(tensors, _base_architecture(cfg), staged)
+            source = f"version {version} (from the paramserver)"
+        _check_out(out, force)  # nothing appeared there meanwhile
+        _publish(staged, out)
+    except BaseException:  # an error or Ctrl-C: no half directory
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    params = sum(math.prod(s) for s in param_shapes(model).values())
+    typer.echo(
+        f"rlx: exported {source} of {paths.uri} to {out}\n"
+        f"  weights    model.safetensors: {model.param_dtype}, {params:,} params "
+        f"({model.family} L{model.num_layers} d{model.hidden_size} V{model.vocab_size})\n"
+        f"  config     config.json (torch_dtype {model.param_dtype})\n"
+        f"  tokenizer  {', '.join(copied) or 'none'} (from the base model {cfg.model.path})"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(export)
