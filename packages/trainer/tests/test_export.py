@@ -1,5 +1,6 @@
 """Trainer checkpoints and pushed tensors as HF checkpoint directories (rlx_trainer.export): the
-checkpoint's dtype kept (bfloat16 too), bit-exact against the trainer's params, and the errors."""
+checkpoint's dtype kept (bfloat16 too), bit-exact against the trainer's params, a GCS checkpoint
+(the emulator) the same as a local one, and the errors."""
 
 from __future__ import annotations
 
@@ -77,3 +78,15 @@ def test_tensors_that_are_not_the_model_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="one dtype"):
         export_tensors(mixed, MODEL, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_gcs_checkpoint_exports_the_same_bytes(gcs_uri: str, tmp_path: Path) -> None:
+    trainer = Trainer(config(), MODEL, init_params(MODEL, 1))
+    trainer.train_step(rl_batch(0))
+    trainer.save(CheckpointStore(gcs_uri))
+    trainer.save(CheckpointStore(str(tmp_path / "ckpt")))
+    assert export_checkpoint(gcs_uri, tmp_path / "gcs")[0] == 1
+    export_checkpoint(str(tmp_path / "ckpt"), tmp_path / "local")
+    for name in ("config.json", "model.safetensors"):
+        assert (tmp_path / "gcs" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
