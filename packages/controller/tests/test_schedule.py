@@ -11,8 +11,10 @@ from rlx_controller.schedule import (
     Schedule,
     budget_prompts,
     check_staleness,
+    parse_unit_id,
     refill_count,
     select_groups,
+    unit_id,
     version_for_batch,
 )
 from rlx_core.errors import ConfigError, Corrupt
@@ -148,3 +150,11 @@ def test_select_groups_prefers_newest_and_counts_drops() -> None:
     # unbounded k drops nothing; a short pool gives what it has
     short = select_groups(pool, trainer_version=100, accept=float("inf"), need=10)
     assert len(short.accepted) == 6 and not short.dropped and not short.leftover
+
+
+def test_a_unit_id_parses_back_into_batch_round_and_index() -> None:
+    for b, r, i in [(0, 0, 0), (12, 0, 3), (123_456_789, 2, 10_000)]:
+        assert parse_unit_id(unit_id(b, r, i)) == (b, r, i)
+    assert unit_id(12, 1, 3) == "b00000012.r1.u0003"
+    for other in ["eval.v3.gsm8k.0", "b12.r0.u0000", "b00000012.r0.u0000.rec", "x"]:
+        assert parse_unit_id(other) is None

@@ -23,6 +23,7 @@ pure function of (b, round, slot), so they never shift the main stream's cursors
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,7 @@ __all__ = [
     "WorkUnit",
     "budget_prompts",
     "check_staleness",
+    "parse_unit_id",
     "refill_count",
     "select_groups",
     "unit_id",
@@ -123,6 +125,15 @@ class WorkUnit:
 
 def unit_id(batch: int, round: int, index: int) -> str:
     return f"b{batch:08d}.r{round}.u{index:04d}"
+
+
+_UNIT_ID = re.compile(r"^b(\d{8,})\.r(\d+)\.u(\d{4,})$")
+
+
+def parse_unit_id(name: str) -> tuple[int, int, int] | None:
+    """(batch, round, index) of a name `unit_id` made; None for any other name."""
+    m = _UNIT_ID.match(name)
+    return (int(m[1]), int(m[2]), int(m[3])) if m else None
 
 
 @dataclass(frozen=True)
