@@ -41,10 +41,12 @@ log = logging.getLogger(__name__)
 
 
 def _options(keep: int | None, read_only: bool) -> ocp.CheckpointManagerOptions:
-    if read_only:
-        return ocp.CheckpointManagerOptions(read_only=True, enable_async_checkpointing=False)
+    # a reader: nothing created, nothing pruned (`CheckpointStore.save` refuses to write);
+    # Orbax's own read_only option would say so in three warnings on every open
     return ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=True, enable_async_checkpointing=False
+        max_to_keep=None if read_only else keep,
+        create=not read_only,
+        enable_async_checkpointing=False,
     )
 
 
