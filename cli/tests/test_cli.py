@@ -50,6 +50,7 @@ def test_help_lists_only_working_commands_and_loads_no_jax() -> None:
         " verifier ",
         " prefilter ",
         " provision ",
+        " export ",
     ):
         assert command in out
 

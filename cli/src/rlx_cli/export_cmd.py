@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from rlx_core.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from rlx_core.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -171,8 +177,13 @@ def export(
     staged.mkdir()
     try:
         copied = _copy_tokenizer(cfg.model.path, staged)
-        from rlx_model import param_shapes
-        from rlx_trainer.export import export_checkpoint, export_tensors
+        try:
+            from rlx_model import param_shapes
+            from rlx_trainer.export import export_checkpoint, export_tensors
+        except ImportError as e:  # rlx-cli alone has no JAX
+            raise FailedPrecondition(
+                f"rlx export reads checkpoints with JAX and Orbax: install rlx-trainer ({e})"
+            ) from None
 
         if version is None:
             with tempfile.TemporaryDirectory(prefix=".rlx-export-", dir=out.parent) as staging:
