@@ -132,6 +132,11 @@ def _base_architecture(cfg: RunConfig) -> Any:
     the weights, not the architecture)."""
     from rlx_model import load_config
 
+    if not cfg.model.path:
+        raise FailedPrecondition(
+            "--version: the run's [model] path is empty, so the architecture of the pulled "
+            "tensors is unknown here; export a checkpoint with --step instead"
+        )
     return load_config(cfg.model.path.removeprefix("file://"))
 
 
@@ -176,7 +181,8 @@ def export(
     staged = out.with_name(f".{out.name}.partial-{uuid.uuid4().hex[:8]}")
     staged.mkdir()
     try:
-        copied = _copy_tokenizer(cfg.model.path, staged)
+        # a run config without [model] path (a random-init built-in model) has no tokenizer
+        copied = _copy_tokenizer(cfg.model.path, staged) if cfg.model.path else []
         try:
             from rlx_model import param_shapes
             from rlx_trainer.export import export_checkpoint, export_tensors
