@@ -10,7 +10,7 @@ import random
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pytest
 
@@ -877,3 +877,64 @@ def test_config_field_rejects_both_defaults() -> None:
         config_field(default=1, default_factory=list)
     f = config_field(doc="required, with a doc")
     assert f.default is dataclasses.MISSING and f.metadata["doc"] == "required, with a doc"
+
+
+# --- merged defaults and moved fields ------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Store:
+    keep: int = 2  # versions kept, >= 1
+    chunk: int = 8  # chunk size, KiB
+    inner: OptimConfig = field(default_factory=OptimConfig)  # a nested section
+
+
+def _big_store() -> Store:
+    return Store(keep=8, inner=OptimConfig(lr=0.5, warmup_steps=3))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Host:
+    """A parent whose defaults for `store` differ from Store's own; `plain` starts from Store's."""
+
+    store: Store = config_field(default_factory=_big_store, merge=True, doc="merged")
+    plain: Store = config_field(default_factory=_big_store, doc="not merged")
+    MOVED_FIELDS: ClassVar[dict[str, str]] = {"old": "[old] moved to [store] (keep = ...)"}
+
+
+def test_a_merged_field_table_sets_fields_of_the_default() -> None:
+    assert from_dict(Host, {}).store == _big_store()
+    got = from_dict(Host, {"store": {"chunk": 4, "inner": {"lr": 0.25}}})
+    assert got.store == Store(keep=8, chunk=4, inner=OptimConfig(lr=0.25, warmup_steps=3))
+    # without merge a table starts from the class's defaults
+    assert from_dict(Host, {"plain": {"chunk": 4}}).plain == Store(chunk=4)
+    # the written TOML reads back the same, and unknown keys are still refused under the path
+    assert from_dict(Host, tomllib.loads(to_toml(got))) == got
+    with pytest.raises(ConfigError, match=r"^store\.inner\.lrr: unknown field; did you mean 'lr'"):
+        from_dict(Host, {"store": {"inner": {"lrr": 1.0}}})
+    assert loads_config(Host, "", overrides=["store.keep=3"]).store == dataclasses.replace(
+        _big_store(), keep=3
+    )
+
+
+def test_describe_shows_a_merged_fields_defaults() -> None:
+    rows = {row[0]: row[1:] for row in describe(Host)}
+    assert rows["store.keep"] == ("int", "8", "versions kept, >= 1")
+    assert rows["store.inner.lr"] == ("float", "0.5", "learning rate, 1/step, > 0")
+    assert rows["plain.keep"] == ("int", "2", "versions kept, >= 1")
+
+
+def test_merge_needs_a_config_field_with_a_default() -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class Bad:
+        n: int = config_field(default=1, merge=True)
+
+    with pytest.raises(TypeError, match="merge needs a config-class field"):
+        from_dict(Bad, {})
+
+
+def test_a_moved_field_says_where_it_went() -> None:
+    with pytest.raises(ConfigError, match=r"^old: \[old\] moved to \[store\] \(keep = \.\.\.\)$"):
+        from_dict(Host, {"old": {"keep": 1}})
+    with pytest.raises(ConfigError, match=r"^old: \[old\] moved to \[store\]"):
+        loads_config(Host, "", overrides=["old.keep=1"])

@@ -339,7 +339,7 @@ class ConfigNode(Node):
         specs = {s.name: s for s in schema(self.cls)}
         if isinstance(part, str) and part in specs:
             return specs[part].node
-        raise unknown_field(join_key(path, str(part)), str(part), specs)
+        raise unknown_field(join_key(path, str(part)), str(part), specs, moved_fields(self.cls))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,11 +351,16 @@ class FieldSpec:
     default: Any  # dataclasses.MISSING when there is none
     factory: Callable[[], Any] | Any  # dataclasses.MISSING when there is none
     doc: str  # from `config_field(doc=...)`, else the field's trailing source comment, or ""
+    merge: bool = False  # a table given for it sets fields of its default (`config_field(merge=)`)
 
     @property
     def required(self) -> bool:
         """True when the field has neither a default nor a default factory."""
         return self.default is dataclasses.MISSING and self.factory is dataclasses.MISSING
+
+    def default_value(self) -> Any:
+        """The field's default (its factory called); the field must not be required."""
+        return self.default if self.factory is dataclasses.MISSING else self.factory()
 
 
 def parse_type(tp: Any, *, top: bool = False) -> Node:
@@ -470,7 +475,14 @@ def schema(cls: type) -> tuple[FieldSpec, ...]:
                 "None; give it a plain type if it always has a value"
             )
         doc = str(f.metadata.get("doc", "")) or comments.get(f.name, "")
-        specs.append(FieldSpec(f.name, node, f.default, f.default_factory, doc))
+        merge = bool(f.metadata.get("merge", False))
+        has_default = f.default is not dataclasses.MISSING
+        if merge and not (
+            isinstance(node, ConfigNode)
+            and (has_default or f.default_factory is not dataclasses.MISSING)
+        ):
+            raise TypeError(f"{where}: merge needs a config-class field with a default")
+        specs.append(FieldSpec(f.name, node, f.default, f.default_factory, doc, merge))
     result = tuple(specs)
     _SCHEMAS[cls] = result  # before the children, so that recursive configs terminate
     try:
@@ -484,8 +496,20 @@ def schema(cls: type) -> tuple[FieldSpec, ...]:
     return result
 
 
-def unknown_field(path: str, key: str, specs: Mapping[str, FieldSpec]) -> ConfigError:
-    """The ConfigError for key `key` that the config at `path`'s parent does not have."""
+def moved_fields(cls: type) -> Mapping[str, str]:
+    """The retired keys of config class `cls` and where each went: its `MOVED_FIELDS` class
+    variable (`{"algorithm": "[algorithm] moved to [trainer.objective] ..."}`), or none."""
+    moved = getattr(cls, "MOVED_FIELDS", None)
+    return moved if isinstance(moved, Mapping) else {}
+
+
+def unknown_field(
+    path: str, key: str, specs: Mapping[str, FieldSpec], moved: Mapping[str, str] | None = None
+) -> ConfigError:
+    """The ConfigError for key `key` that the config at `path`'s parent does not have; a key in
+    `moved` (the parent's `moved_fields`) gets its message, which says where the field went."""
+    if moved and key in moved:
+        return ConfigError(moved[key], field=path, value=key, allowed=", ".join(specs))
     hint = suggest(key, specs) or "valid fields: " + (", ".join(specs) or "none")
     return ConfigError(f"unknown field; {hint}", field=path, value=key, allowed=", ".join(specs))
 
@@ -513,12 +537,15 @@ def build_config(cls: type, data: Mapping[str, Any], path: str) -> Any:
         if not isinstance(key, str):
             raise type_error(path, key, "string keys")
         if key not in specs:
-            raise unknown_field(join_key(path, key), key, specs)
+            raise unknown_field(join_key(path, key), key, specs, moved_fields(cls))
     kwargs = {}
     for name, spec in specs.items():
         where = join_key(path, name)
         if name in data:
-            kwargs[name] = spec.node.build(data[name], where)
+            value = data[name]
+            if spec.merge and isinstance(value, Mapping):
+                value = merge_tables(config_to_dict(spec.default_value()), value)
+            kwargs[name] = spec.node.build(value, where)
         elif spec.required:
             raise ConfigError(
                 f"missing required field; expected {spec.node.expected}",
@@ -531,6 +558,18 @@ def build_config(cls: type, data: Mapping[str, Any], path: str) -> Any:
         if not path:
             raise
         raise _reroot(e, path) from e
+
+
+def merge_tables(base: Mapping[str, Any], table: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with the keys of `table` set, sub-tables merged the same way."""
+    out = dict(base)
+    for key, value in table.items():
+        below = out.get(key)
+        if isinstance(below, Mapping) and isinstance(value, Mapping):
+            out[key] = merge_tables(below, value)
+        else:
+            out[key] = value
+    return out
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

@@ -15,6 +15,12 @@ class is first used. User mistakes raise `ConfigError` with the dotted path of t
 "did you mean" hint. The first problem raises, in a fixed order: unknown keys of a table, then its
 fields in declaration order. A field's doc (for `describe` and the comments `to_toml` writes) is
 `config_field(doc=...)`, else the trailing `# comment` of its line in the class source.
+
+A parent whose defaults for a child differ from the child class's own (a run keeps more
+paramserver versions than a bare paramserver) gives the field `config_field(default_factory=...,
+merge=True)`: a table given for it then sets fields of that default instead of a fresh instance.
+A class may list retired keys in a `MOVED_FIELDS: ClassVar[dict[str, str]]`; such a key is
+answered with its message (where the field went) instead of "unknown field".
 """
 
 from __future__ import annotations
@@ -67,12 +73,15 @@ def config_field(
     default: Any = dataclasses.MISSING,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
     doc: str = "",
+    merge: bool = False,
 ) -> Any:
     """`dataclasses.field` with a one-line `doc` (units, valid values) that `to_toml` writes as a
-    comment and `describe` reports. Without a default the field is required."""
+    comment and `describe` reports. Without a default the field is required. With `merge` (a
+    config-class field with a default), a table given for the field sets fields of the default
+    instead of starting from the class's own defaults; sub-tables merge the same way."""
     if default is not dataclasses.MISSING and default_factory is not dataclasses.MISSING:
         raise TypeError("config_field takes default or default_factory, not both")
-    metadata = {"doc": doc}
+    metadata: dict[str, Any] = {"doc": doc, "merge": merge}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     if default is not dataclasses.MISSING:
@@ -372,16 +381,28 @@ def _inline(value: Any) -> str:
 
 
 def _describe(
-    cls: type, prefix: str, rows: list[tuple[str, str, str, str]], seen: frozenset[type]
+    cls: type,
+    prefix: str,
+    rows: list[tuple[str, str, str, str]],
+    seen: frozenset[type],
+    base: Any = None,
 ) -> None:
+    """Rows of `cls`'s fields; `base` is the instance whose values are the defaults (a merged
+    field's default), else the class's own defaults are."""
     seen = seen | {cls}  # a recursive config is described once, not unrolled
     for spec in schema(cls):
         path = join_key(prefix, spec.name)
         node = spec.node.unwrap()
-        if spec.required:
+        value = None
+        if base is not None:
+            value = getattr(base, spec.name)
+            default = "unset" if value is None else _inline(spec.node.dump(value))
+            if isinstance(node, ConfigNode) and value is not None:
+                default = ""
+        elif spec.required:
             default = "required"
         else:
-            value = spec.default if spec.factory is dataclasses.MISSING else spec.factory()
+            value = spec.default_value()
             if value is None:
                 default = "unset"
             elif isinstance(node, ConfigNode):
@@ -390,9 +411,10 @@ def _describe(
                 default = _inline(spec.node.dump(value))
         rows.append((path, spec.node.name, default, spec.doc))
         if isinstance(node, SeqNode):
-            node, path = node.inner, path + "[]"
+            node, path, value = node.inner, path + "[]", None
         if isinstance(node, ConfigNode) and node.cls not in seen:
-            _describe(node.cls, path, rows, seen)
+            inherited = (spec.merge or base is not None) and isinstance(value, node.cls)
+            _describe(node.cls, path, rows, seen, value if inherited else None)
 
 
 def describe(cls: type) -> list[tuple[str, str, str, str]]:
