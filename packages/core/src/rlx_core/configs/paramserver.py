@@ -1,0 +1,40 @@
+"""Configuration of the rlx paramserver service.
+
+Here, in rlx_core (no JAX), so that the run config composes these classes; `rlx_paramserver.config`
+re-exports them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlx_core.configs.server import ServerConfig
+from rlx_core.errors import ConfigError
+
+__all__ = ["ParamServerConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamServerConfig:
+    """Everything `rlx-paramserver` reads from its TOML file and flags."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)  # where and how it listens
+    replica_id: int = 0  # this replica's index among the R replicas, >= 0 (shown in Versions)
+    max_versions: int = 2  # committed versions kept in memory at most, >= 1
+    chunk_kib: int = 8192  # target storage chunk size, KiB, >= 1 (8 MiB reads fastest: DESIGN §10)
+    shared_memory: bool = True  # keep versions in /dev/shm files clients map (same-host fast path)
+    max_push_wait_s: float = 3600.0  # cap on waiting for room when a push has no deadline, s >= 0
+    # largest version one push may declare (all its tensors), MiB, >= 0; 0 = this host's
+    # physical memory (a version is held in RAM, so nothing bigger could ever be stored)
+    max_version_mib: int = 0
+
+    def __post_init__(self) -> None:
+        if self.replica_id < 0:
+            raise ConfigError("must be >= 0", field="replica_id", value=self.replica_id)
+        if self.max_versions < 1:
+            raise ConfigError("must be >= 1", field="max_versions", value=self.max_versions)
+        if self.chunk_kib < 1:
+            raise ConfigError("must be >= 1", field="chunk_kib", value=self.chunk_kib)
+        if self.max_push_wait_s < 0:
+            raise ConfigError("must be >= 0", field="max_push_wait_s", value=self.max_push_wait_s)
+        if self.max_version_mib < 0:
+            raise ConfigError("must be >= 0", field="max_version_mib", value=self.max_version_mib)
