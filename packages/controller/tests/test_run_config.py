@@ -43,13 +43,27 @@ reward = "code"
 prompt_field = "statement"
 language = "cpp"
 
-[algorithm]
+[trainer.objective]
 preset = "dapo"
-overrides = { eps_high = 0.3, beta = 0.0 }
+eps_high = 0.3
+beta = 0.0
 
-[optimizer]
+[trainer.optimizer]
 lr = 1e-6
 warmup_steps = 10
+b2 = 0.95
+
+[trainer.update]
+minibatches = 2
+
+[inference.limits]
+max_prompts = 64
+
+[verifier.judge]
+workers = 3
+
+[paramserver]
+chunk_kib = 4096
 
 [staleness]
 reload = 2
@@ -92,7 +106,12 @@ datasets = [{ name = "gsm-test", path = "/data/gsm_test.jsonl" }]
 def test_full_config_loads_round_trips_and_hashes() -> None:
     cfg = loads_run_config(FULL)
     assert cfg.seed == 7 and cfg.model.source == "hf" and cfg.datasets[1].reward == "code"
-    assert cfg.algorithm.overrides == {"eps_high": 0.3, "beta": 0.0}
+    assert cfg.trainer.objective.overrides() == {"eps_high": 0.3, "beta": 0.0}
+    assert cfg.trainer.optimizer.b2 == 0.95 and cfg.trainer.optimizer.schedule == "cosine"
+    # a partial [trainer.update] / [paramserver] table keeps the run's defaults for the rest
+    assert cfg.trainer.update.minibatches == 2 and cfg.trainer.update.old_policy == "step_start"
+    assert cfg.paramserver.chunk_kib == 4096 and cfg.paramserver.max_versions == 8
+    assert cfg.inference.limits.max_prompts == 64 and cfg.verifier.judge.workers == 3
     assert cfg.staleness.max_staleness == 4 and cfg.batch.units_per_batch == 4
     assert cfg.dynamic_sampling_enabled  # dapo turns it on by default
     assert cfg.snapshot_every == 4
@@ -125,8 +144,13 @@ BAD = [
         "datasets[0].template",
         "{prompt}",
     ),
-    ('preset = "dapo"', 'preset = "dapoo"', "algorithm.preset", "did you mean 'dapo'"),
-    ("eps_high = 0.3", "eps_hihg = 0.3", "algorithm.overrides.eps_hihg", "did you mean 'eps_high'"),
+    ('preset = "dapo"', 'preset = "dapoo"', "trainer.objective.preset", "did you mean 'dapo'"),
+    ("eps_high = 0.3", "eps_hihg = 0.3", "trainer.objective.eps_hihg", "did you mean 'eps_high'"),
+    ("eps_high = 0.3", "gamma = 0.9", "trainer.objective.gamma", "'dapo' takes no gamma"),
+    ("b2 = 0.95", "b2 = 1.5", "trainer.optimizer.b2", "within 0-1"),
+    ("max_prompts = 64", "max_prompts = 8", "inference.limits.max_prompts", "training unit"),
+    ("workers = 3", "workers = 3\n[verifier.server]\nport = 9", "verifier.server", "run's"),
+    ("chunk_kib = 4096", "replica_id = 1", "paramserver.replica_id", "numbers the replicas"),
     ("lag = 3", "lag = 4", "staleness.lag", "lower lag to <= 3"),
     ("accept = 4", "accept = 2.5", "staleness.accept", "integer"),
     ("prompts_per_unit = 16", "prompts_per_unit = 10", "batch.prompts_per_unit", "divide"),
@@ -153,6 +177,32 @@ def test_errors_name_the_field(old: str, new: str, field: str, message: str) -> 
     assert info.value.field == field
     assert message in str(info.value)
     assert str(info.value).startswith(field)
+
+
+def test_grpo_without_overrides_gets_its_reference_model() -> None:
+    grpo = FULL.replace('preset = "dapo"\neps_high = 0.3\nbeta = 0.0', 'preset = "grpo"')
+    cfg = loads_run_config(grpo)
+    assert cfg.trainer.objective.has_kl and cfg.trainer.update.reference == "auto"
+    assert (
+        loads_run_config(grpo, overrides=["trainer.objective.beta=0"]).trainer.objective.beta == 0
+    )
+    with pytest.raises(ConfigError, match="has a KL term") as info:
+        loads_run_config(grpo, overrides=["trainer.update.reference=none"])
+    assert info.value.field == "trainer.update.reference"
+
+
+@pytest.mark.parametrize(
+    ("table", "where"),
+    [
+        ('[algorithm]\npreset = "grpo"\noverrides = { beta = 0.0 }', "[trainer.objective]"),
+        ("[optimizer]\nlr = 1e-6", "[trainer.optimizer]"),
+    ],
+)
+def test_old_tables_say_where_their_fields_moved(table: str, where: str) -> None:
+    old = FULL.replace("[staleness]", f"{table}\n\n[staleness]")
+    with pytest.raises(ConfigError, match=f"moved to \\{where[:-1]}\\]") as info:
+        loads_run_config(old)
+    assert info.value.field == table[1:].split("]")[0]
 
 
 def test_impossible_staleness_message_explains() -> None:

@@ -146,11 +146,11 @@ name = "addition"
 path = {json.dumps(train)}
 math_extractor = "last_number"
 
-[algorithm]
+[trainer.objective]
 preset = "grpo"
-overrides = {{ beta = 0.0 }}
+beta = 0.0
 
-[optimizer]
+[trainer.optimizer]
 lr = {DEMO_LR}
 schedule = "cosine"
 warmup_steps = {DEMO_WARMUP}

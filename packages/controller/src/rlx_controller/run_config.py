@@ -9,6 +9,11 @@ Every mistake is a `ConfigError` naming the dotted field (`datasets[1].weight`,
 (DESIGN §3): batch b is generated with version v(b), the newest multiple of `staleness.reload`
 (j) at or below b - `staleness.lag`, and the largest b - v(b) over a run, lag + j - 1, must not
 exceed `staleness.accept` (k).
+
+The services' settings are their own config classes, composed (rlx_core.configs): `[trainer]`
+(objective, optimizer, update, model, mesh, metrics: rlx_controller.run_sections), `[inference]`
+(engine, limits), `[verifier]` and `[paramserver]`; rlx_controller.service_configs writes each
+service's config from them.
 """
 
 from __future__ import annotations
@@ -20,22 +25,24 @@ import re
 import string
 from dataclasses import dataclass, field
 from difflib import get_close_matches
-from typing import Literal
+from typing import ClassVar, Literal
 
-from rlx_core.config import load_config, loads_config, to_toml
+from rlx_controller.run_sections import InferenceSection, TrainerSection
+from rlx_core.config import config_field, load_config, loads_config, to_toml
+from rlx_core.configs.paramserver import ParamServerConfig
+from rlx_core.configs.server import ServerConfig
+from rlx_core.configs.verifier import VerifierConfig
 from rlx_core.errors import ConfigError, NotFound
 from rlx_core.storage import open_storage
 
 __all__ = [
     "POOLS",
-    "PRESETS",
-    "AlgorithmConfig",
     "BatchConfig",
     "DatasetConfig",
     "DynamicSamplingConfig",
     "EvalConfig",
+    "InferenceSection",
     "ModelSpec",
-    "OptimizerSettings",
     "PoolConfig",
     "PrefilterConfig",
     "ProvisionConfig",
@@ -44,6 +51,7 @@ __all__ = [
     "ServicesConfig",
     "SnapshotConfig",
     "StalenessConfig",
+    "TrainerSection",
     "check_run_inputs",
     "config_hash",
     "load_run_config",
@@ -51,35 +59,6 @@ __all__ = [
     "split_uri",
 ]
 
-# The objective presets of DESIGN §5 (rlx_trainer.objective.PRESETS; the controller does not
-# import the trainer, so the names are listed here and the trainer checks the overrides' values).
-PRESETS = (
-    "grpo",
-    "dapo",
-    "dr_grpo",
-    "reinforce",
-    "token_reinforce",
-    "rloo",
-    "reinforce_pp",
-    "cispo",
-    "gspo",
-    "ppo",
-    "decoupled_ppo",
-)
-# Override names the presets accept (common ones first, then preset-specific ones).
-OVERRIDES = (
-    "eps_low",
-    "eps_high",
-    "beta",
-    "tis_cap",
-    "dual_clip",
-    "gamma",
-    "lam",
-    "whiten",
-    "vf_coef",
-    "vf_clip",
-    "scaled",
-)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _DATASET_EXTENSIONS = (".jsonl", ".jsonl.gz", ".parquet")
 
@@ -225,56 +204,6 @@ class DatasetConfig:
                 "the whole model input: put the instructions in template)",
                 field="system_prompt",
                 value=self.system_prompt,
-            )
-
-
-@dataclass(frozen=True, kw_only=True)
-class AlgorithmConfig:
-    """The RL objective: a preset of DESIGN §5 and overrides of its parameters."""
-
-    preset: str = "grpo"  # one of PRESETS (grpo, dapo, dr_grpo, rloo, cispo, gspo, ...)
-    overrides: dict[str, float] = field(default_factory=dict)  # e.g. {eps_high = 0.28, beta = 0}
-
-    def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
-            raise ConfigError(
-                f"unknown preset {self.preset!r}{_hint(self.preset, PRESETS)}; "
-                f"one of {', '.join(PRESETS)}",
-                field="preset",
-                value=self.preset,
-            )
-        for name, value in self.overrides.items():
-            if name not in OVERRIDES:
-                raise ConfigError(
-                    f"unknown override {name!r}{_hint(name, OVERRIDES)}; one of "
-                    f"{', '.join(OVERRIDES)}",
-                    field=f"overrides.{name}",
-                    value=name,
-                )
-            if not math.isfinite(value):
-                raise ConfigError("must be finite", field=f"overrides.{name}", value=value)
-
-
-@dataclass(frozen=True, kw_only=True)
-class OptimizerSettings:
-    """The trainer's AdamW (mapped onto rlx_trainer's OptimizerConfig)."""
-
-    lr: float = 1e-6  # peak learning rate, > 0
-    schedule: Literal["cosine", "constant"] = "constant"  # after warmup
-    warmup_steps: int = 0  # optimizer updates of linear warmup, >= 0
-    decay_steps: int = 1000  # cosine: updates of decay after warmup, >= 1
-    final_lr_ratio: float = 0.1  # cosine ends at lr × this, 0-1
-    weight_decay: float = 0.0  # decoupled weight decay, >= 0
-    clip_norm: float = 1.0  # global gradient-norm clip, >= 0; 0 = off
-
-    def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ConfigError("must be > 0", field="lr", value=self.lr)
-        _at_least(self, 0, "warmup_steps", "weight_decay", "clip_norm")
-        _at_least(self, 1, "decay_steps")
-        if not 0 <= self.final_lr_ratio <= 1:
-            raise ConfigError(
-                "must be within 0-1", field="final_lr_ratio", value=self.final_lr_ratio
             )
 
 
@@ -697,8 +626,17 @@ class RunConfig:
     steps: int = 100  # training batches to run, >= 1
     model: ModelSpec = field(default_factory=ModelSpec)
     datasets: tuple[DatasetConfig, ...] = ()  # the prompt mixture, at least one
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
+    # the trainer's objective, optimizer, update, model options, mesh and mismatch metrics
+    trainer: TrainerSection = field(default_factory=TrainerSection)
+    inference: InferenceSection = field(default_factory=InferenceSection)  # engine, unit limits
+    # rlx_verifier's config (judge, backend, repository, aws_lambda); its [server] is the run's
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    paramserver: ParamServerConfig = config_field(
+        default_factory=lambda: ParamServerConfig(max_versions=8),
+        merge=True,
+        doc="rlx_paramserver's config of every replica (max_versions, chunk_kib, ...; in a run "
+        "max_versions defaults to 8); its [server] and replica_id are the run's",
+    )
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
     batch: BatchConfig = field(default_factory=BatchConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -710,6 +648,15 @@ class RunConfig:
     # the TPU VMs (and CPU VMs) of `services.provider = "gcp-tpu"` (rlx provision); absent for
     # local runs
     provision: ProvisionConfig | None = None
+
+    # retired tables: loading one says where its fields went
+    MOVED_FIELDS: ClassVar[dict[str, str]] = {
+        "algorithm": "[algorithm] moved to [trainer.objective] (preset = ..., and each override "
+        'as a field: preset = "grpo", beta = 0.0 instead of overrides = { beta = 0.0 })',
+        "optimizer": "[optimizer] moved to [trainer.optimizer] (rlx_trainer's OptimizerConfig: "
+        "lr, schedule, warmup_steps, decay_steps, final_lr_ratio, b1, b2, eps, weight_decay, "
+        "clip_norm; its schedule defaults to cosine)",
+    }
 
     def __post_init__(self) -> None:
         if not self.run_dir:
@@ -744,8 +691,58 @@ class RunConfig:
                 field="batch.group_size",
                 value=self.batch.group_size,
             )
-
+        self._check_services()
         self._check_provision()
+
+    def _check_services(self) -> None:
+        """The service sections fit the run: what the run sets itself is left alone, and the
+        workers take the run's units."""
+        for name, server in (
+            ("verifier", self.verifier.server),
+            ("paramserver", self.paramserver.server),
+        ):
+            if server != ServerConfig():
+                raise ConfigError(
+                    "is the run's: it sets where each service listens and its token",
+                    field=f"{name}.server",
+                )
+        if self.paramserver.replica_id:
+            raise ConfigError(
+                "is the run's: it numbers the replicas 0..R-1",
+                field="paramserver.replica_id",
+                value=self.paramserver.replica_id,
+            )
+        options = self.trainer.model
+        for dtype in ("param_dtype", "compute_dtype"):
+            want = getattr(self.model, dtype)
+            if options is not None and getattr(options, dtype) != want:
+                raise ConfigError(
+                    f"must be model.{dtype} ({want!r}): the trainer and the workers run the "
+                    f"model in the dtypes of [model]",
+                    field=f"trainer.model.{dtype}",
+                    value=getattr(options, dtype),
+                )
+        b = self.batch
+        engine = self.inference.engine
+        need = b.max_prompt_tokens + b.max_new_tokens
+        if engine is not None and engine.max_context < need:
+            raise ConfigError(
+                f"must hold batch.max_prompt_tokens + batch.max_new_tokens ({need})",
+                field="inference.engine.max_context",
+                value=engine.max_context,
+            )
+        limits = self.inference.limits
+        for name, cap, unit in (
+            ("max_prompts", limits.max_prompts, b.unit_prompts),
+            ("max_samples_per_prompt", limits.max_samples_per_prompt, b.group_size),
+            ("max_samples", limits.max_samples, b.unit_prompts * b.group_size),
+        ):
+            if cap < unit:
+                raise ConfigError(
+                    f"a training unit has {unit} (batch.prompts_per_unit, batch.group_size)",
+                    field=f"inference.limits.{name}",
+                    value=cap,
+                )
 
     def _check_provision(self) -> None:
         if self.services.provider != "gcp-tpu":
@@ -777,12 +774,29 @@ class RunConfig:
                     field=f"provision.{pool}.count",
                     value=count,
                 )
+        # on TPU the slices' shapes are [provision]'s: a section may only say the same
+        mesh = self.trainer.mesh
+        if mesh is not None and mesh.shape != p.trainer_mesh:
+            raise ConfigError(
+                f"must be provision.trainer_mesh {p.trainer_mesh} (data, fsdp, tensor) with "
+                'services.provider = "gcp-tpu"; leave [trainer.mesh] out',
+                field="trainer.mesh",
+                value=mesh.shape,
+            )
+        engine = self.inference.engine
+        if engine is not None and engine.tensor_parallel != p.inference_tensor_parallel:
+            raise ConfigError(
+                f"must be provision.inference_tensor_parallel ({p.inference_tensor_parallel}) "
+                'with services.provider = "gcp-tpu"',
+                field="inference.engine.tensor_parallel",
+                value=engine.tensor_parallel,
+            )
 
     @property
     def dynamic_sampling_enabled(self) -> bool:
         if self.dynamic_sampling.enabled is not None:
             return self.dynamic_sampling.enabled
-        return self.algorithm.preset == "dapo"
+        return self.trainer.objective.preset == "dapo"
 
     @property
     def snapshot_every(self) -> int:

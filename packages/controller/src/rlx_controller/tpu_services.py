@@ -30,10 +30,18 @@ from rlx_controller.providers.local import ServiceHandle, write_services
 from rlx_controller.provision import Plan, make_plan
 from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
-from rlx_controller.services import PARAMSERVER_ARGS, RunServices, service_toml
+from rlx_controller.service_configs import (
+    inference_config,
+    paramserver_config,
+    trainer_config,
+    verifier_config,
+)
+from rlx_controller.services import RunServices
 from rlx_core.clients import LifecycleClient
+from rlx_core.config import to_toml
 from rlx_core.errors import Cancelled, ConfigError, RlxError
 from rlx_core.rpc.auth import default_token_path
+from rlx_core.storage import join_uri
 
 __all__ = ["Preempted", "TpuRunServices", "tpu_token_file"]
 
@@ -101,33 +109,34 @@ class TpuRunServices(RunServices):
         self.cancel = cancel or threading.Event()  # set: stop waiting (Ctrl-C while starting)
 
     # --- configs -----------------------------------------------------------------------------
-    def _node_tables(self, tables: dict[str, Any]) -> dict[str, Any]:
-        """A local service config made fit for a node: the token is the node's (RLX_TOKEN_FILE)
-        and Orbax stages s3:// checkpoints in a temporary directory there."""
-        tables = json.loads(json.dumps(tables))
-        tables.get("paramserver", {}).pop("token_file", None)
-        tables.get("checkpoint", {}).pop("staging_dir", None)
-        return tables
-
     def _write_configs(self) -> None:
+        """Every service's config, for the node agents (`nodes/NAME.json`). On a node the token
+        is the node's (RLX_TOKEN_FILE) and Orbax stages s3:// checkpoints in a temporary
+        directory there; a slice's inference devices are one mesh of
+        `provision.inference_tensor_parallel`."""
+        cfg, provision = self.cfg, self.cfg.provision
+        assert provision is not None
         ps = [self.address(n) for n in self.paramservers]
-        configs: dict[str, dict[str, Any]] = {}
-        for n in self.paramservers:
-            configs[n] = {"args": list(PARAMSERVER_ARGS), "config": ""}
-        assert self.cfg.provision is not None
-        trainer = self._node_tables(self._trainer_tables(ps))
-        data, fsdp, tensor = self.cfg.provision.trainer_mesh
-        trainer["mesh"] = {"data": data, "fsdp": fsdp, "tensor": tensor}
-        configs["trainer"] = {"args": [], "config": service_toml(trainer)}
+        configs: dict[str, Any] = {
+            n: paramserver_config(cfg, i) for i, n in enumerate(self.paramservers)
+        }
+        configs["trainer"] = trainer_config(
+            cfg,
+            paramservers=ps,
+            token_file=None,
+            checkpoint_uri=join_uri(self.paths.uri, "checkpoints"),
+        )
         placed = self.plan.services()
         for i, n in enumerate(self.workers):
-            worker = self._node_tables(self._worker_tables(i, ps))
-            if not placed[n][0].is_vm:  # a slice: its devices are one mesh
-                worker["engine"]["tensor_parallel"] = self.cfg.provision.inference_tensor_parallel
-            configs[n] = {"args": [], "config": service_toml(worker)}
+            on_slice = not placed[n][0].is_vm
+            tp = provision.inference_tensor_parallel if on_slice else None
+            configs[n] = inference_config(
+                cfg, i, paramservers=ps, token_file=None, tensor_parallel=tp
+            )
         for n in self.verifiers:
-            configs[n] = {"args": [], "config": ""}
-        for name, spec in configs.items():
+            configs[n] = verifier_config(cfg)
+        for name, config in configs.items():
+            spec = {"args": [], "config": to_toml(config)}
             self.paths.storage.put(config_key(name), json.dumps(spec, sort_keys=True).encode())
 
     # --- start -------------------------------------------------------------------------------
