@@ -22,7 +22,7 @@ import pytest
 
 from rlx_controller.node import config_key
 from rlx_controller.providers.local import ServiceHandle
-from rlx_controller.run_config import RunConfig, loads_run_config
+from rlx_controller.run_config import RunConfig, config_hash, loads_run_config
 from rlx_controller.run_sections import InferenceSection, TrainerSection
 from rlx_controller.rundir import RunPaths
 from rlx_controller.services import RunServices
@@ -264,6 +264,7 @@ def test_a_set_field_reaches_its_service(path: str, tp: Any, default: Any, tmp_p
     assert value != default
     cfg = loads_run_config(BASE, overrides=sets)
     assert _get(cfg, path) == value
+    assert config_hash(cfg) != config_hash(loads_run_config(BASE))  # a resume would refuse it
     section = next(s for s in SECTIONS if path == s or path.startswith(s + "."))
     kind, name = SECTIONS[section]
     service_path = name + path.removeprefix(section)
