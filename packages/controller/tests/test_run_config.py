@@ -26,7 +26,6 @@ seed = 7
 steps = 500
 
 [model]
-source = "hf"
 path = "/models/qwen"
 param_dtype = "bfloat16"
 
@@ -105,7 +104,7 @@ datasets = [{ name = "gsm-test", path = "/data/gsm_test.jsonl" }]
 
 def test_full_config_loads_round_trips_and_hashes() -> None:
     cfg = loads_run_config(FULL)
-    assert cfg.seed == 7 and cfg.model.source == "hf" and cfg.datasets[1].reward == "code"
+    assert cfg.seed == 7 and cfg.model.path == "/models/qwen" and cfg.datasets[1].reward == "code"
     assert cfg.trainer.objective.overrides() == {"eps_high": 0.3, "beta": 0.0}
     assert cfg.trainer.optimizer.b2 == 0.95 and cfg.trainer.optimizer.schedule == "cosine"
     # a partial [trainer.update] / [paramserver] table keeps the run's defaults for the rest
@@ -122,7 +121,9 @@ def test_full_config_loads_round_trips_and_hashes() -> None:
 
 
 def test_minimal_config_defaults() -> None:
-    cfg = loads_run_config('run_dir = "r"\n[[datasets]]\nname = "a"\npath = "a.jsonl"\n')
+    cfg = loads_run_config(
+        'run_dir = "r"\n[model]\npath = "m"\n[[datasets]]\nname = "a"\npath = "a.jsonl"\n'
+    )
     assert cfg.staleness.reload == 1 and cfg.staleness.accept == 1
     assert cfg.staleness.effective_lag == 1  # overlap when (j, k) allows it
     assert cfg.batch.units_per_batch == 1 and not cfg.dynamic_sampling_enabled
@@ -163,7 +164,7 @@ BAD = [
     ),
     ("every = 4", "every = 3", "snapshots.every", "multiple of staleness.reload"),
     ('name = "cf"', 'name = "gsm"', "datasets[1].name", "already used by datasets[0]"),
-    ('source = "hf"\npath = "/models/qwen"', 'source = "hf"', "model.path", "checkpoint"),
+    ('path = "/models/qwen"', 'path = ""', "model.path", "checkpoint directory"),
     ("max_pass_rate = 1.0", "max_pass_rate = 0.0", "prefilter.min_pass_rate", "min_pass_rate <"),
     ('path = "gs://b/cf.jsonl"', 'path = ""', "datasets[1].path", "empty"),
 ]
@@ -202,7 +203,7 @@ def test_old_tables_say_where_their_fields_moved(table: str, where: str) -> None
     old = FULL.replace("[staleness]", f"{table}\n\n[staleness]")
     with pytest.raises(ConfigError, match=f"moved to \\{where[:-1]}\\]") as info:
         loads_run_config(old)
-    assert info.value.field == table[1:].split("]")[0]
+    assert info.value.field == table[1:].split("]", maxsplit=1)[0]
 
 
 def test_impossible_staleness_message_explains() -> None:
@@ -240,7 +241,11 @@ def test_dynamic_sampling_needs_groups() -> None:
 
 
 def test_check_run_inputs(tmp_path: Path, math_jsonl: Path) -> None:
-    text = f'run_dir = "{tmp_path}/run"\n[[datasets]]\nname = "a"\npath = "{math_jsonl}"\n'
+    ckpt = Path(__file__).resolve().parents[2] / "model" / "tests" / "testdata" / "qwen2"
+    text = (
+        f'run_dir = "{tmp_path}/run"\n[model]\npath = "{ckpt}"\n'
+        f'[[datasets]]\nname = "a"\npath = "{math_jsonl}"\n'
+    )
     cfg = loads_run_config(text)
     check_run_inputs(cfg)
     missing = loads_run_config(text + f'[[datasets]]\nname = "b"\npath = "{tmp_path}/nope.jsonl"\n')
@@ -250,6 +255,13 @@ def test_check_run_inputs(tmp_path: Path, math_jsonl: Path) -> None:
     model = loads_run_config(text, overrides=[f"model.path={tmp_path}"])
     with pytest.raises(ConfigError, match=r"config\.json") as info:
         check_run_inputs(model)
+    assert info.value.field == "model.path"
+    # a checkpoint without its tokenizer cannot render or encode a prompt: refused at start
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text((ckpt / "config.json").read_text())
+    no_tok = loads_run_config(text, overrides=[f"model.path={tmp_path}/ckpt"])
+    with pytest.raises(ConfigError, match=r"holds no tokenizer\.json") as info:
+        check_run_inputs(no_tok)
     assert info.value.field == "model.path"
     prefilter = loads_run_config(text, overrides=[f"prefilter.file={tmp_path}/p.jsonl"])
     with pytest.raises(ConfigError) as info:

@@ -77,20 +77,29 @@ def _hint(value: str, allowed: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    """The policy model: a built-in tiny config or a local HF checkpoint directory."""
+    """The policy model: an HF-format checkpoint directory, the demo's included (DESIGN §10)."""
 
-    source: Literal["tiny", "hf"] = "tiny"  # "tiny": rlx_model.TINY_CONFIGS; "hf": `path`
-    tiny: Literal["tiny", "small"] = "tiny"  # which built-in config, when source = "tiny"
-    # HF checkpoint directory (config.json + safetensors): required for source = "hf"; for
-    # "tiny", optional initial weights (e.g. the demo's SFT base model); "" = random init by seed
-    path: str = ""
+    # the checkpoint directory on this machine: config.json, model.safetensors (or shards and
+    # model.safetensors.index.json), tokenizer.json, tokenizer_config.json and/or
+    # chat_template.jinja, generation_config.json
+    path: str
     param_dtype: Literal["float32", "bfloat16"] = "float32"  # dtype of weights on device
     compute_dtype: Literal["float32", "bfloat16"] = "float32"  # dtype of matmuls
 
+    MOVED_FIELDS: ClassVar[dict[str, str]] = {
+        "source": "every model is an HF checkpoint directory now, the demo's too: give "
+        "[model] path = DIR only (config.json, safetensors, tokenizer.json, ...)",
+        "tiny": "the built-in byte-level configs are gone from runs: give [model] path = DIR "
+        "(an HF checkpoint directory with its tokenizer)",
+    }
+
     def __post_init__(self) -> None:
-        if self.source == "hf" and not self.path:
+        if not self.path:
             raise ConfigError(
-                'source = "hf" needs the checkpoint directory', field="path", value=self.path
+                "is empty: give the checkpoint directory (config.json, safetensors, "
+                "tokenizer.json, tokenizer_config.json, generation_config.json)",
+                field="path",
+                value=self.path,
             )
 
 
@@ -624,7 +633,7 @@ class RunConfig:
     run_dir: str  # where the run keeps its state: a path, file://, s3://bucket/p or gs://bucket/p
     seed: int = 0  # run seed: every random choice is a function of it, >= 0
     steps: int = 100  # training batches to run, >= 1
-    model: ModelSpec = field(default_factory=ModelSpec)
+    model: ModelSpec  # the checkpoint to train: [model] path = "DIR"
     datasets: tuple[DatasetConfig, ...] = ()  # the prompt mixture, at least one
     # the trainer's objective, optimizer, update, model options, mesh and mismatch metrics
     trainer: TrainerSection = field(default_factory=TrainerSection)
@@ -852,17 +861,20 @@ def check_run_inputs(cfg: RunConfig) -> None:
     for group, items in (("datasets", cfg.datasets), ("eval.datasets", cfg.eval.datasets)):
         for i, ds in enumerate(items):
             _check_file(ds.path, f"{group}[{i}].path")
-    if cfg.model.path:
-        if "://" in cfg.model.path and not cfg.model.path.startswith("file://"):
+    if "://" in cfg.model.path and not cfg.model.path.startswith("file://"):
+        raise ConfigError(
+            "must be a local directory (config.json + safetensors)",
+            field="model.path",
+            value=cfg.model.path,
+        )
+    local = cfg.model.path.removeprefix("file://")
+    for name, what in (
+        ("config.json", "an HF checkpoint directory"),
+        ("tokenizer.json", "the checkpoint's tokenizer, which renders and encodes the prompts"),
+    ):
+        if not os.path.isfile(os.path.join(local, name)):
             raise ConfigError(
-                "must be a local directory (config.json + safetensors)",
-                field="model.path",
-                value=cfg.model.path,
-            )
-        local = cfg.model.path.removeprefix("file://")
-        if not os.path.isfile(os.path.join(local, "config.json")):
-            raise ConfigError(
-                f"{local} holds no config.json (expected an HF checkpoint directory)",
+                f"{local} holds no {name} (expected {what})",
                 field="model.path",
                 value=cfg.model.path,
             )
