@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -429,8 +429,12 @@ ARRAY_DOCS = {
 # --- tokenizer ---------------------------------------------------------------------------------
 
 
-def train_tokenizer() -> Any:
-    """A Qwen2-style byte-level BPE (NFC, Qwen2 split regex, byte-level) trained on CORPUS."""
+def train_tokenizer(corpus: Iterable[str] = CORPUS, bpe_vocab: int = BPE_VOCAB) -> Any:
+    """A Qwen2-style byte-level BPE (NFC, Qwen2 split regex, so every digit is its own token,
+    byte-level) trained on `corpus`, with SPECIAL_TOKENS appended after its learned vocabulary
+    (at most `bpe_vocab` tokens: the 256 bytes + merges).
+
+    tools/demo/sft.py makes the demo's tokenizer with it too."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -443,30 +447,20 @@ def train_tokenizer() -> Any:
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=BPE_VOCAB,
+        vocab_size=bpe_vocab,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(list(CORPUS), trainer=trainer)
+    tok.train_from_iterator(list(corpus), trainer=trainer)
     tok.add_special_tokens(list(SPECIAL_TOKENS))
     return tok
 
 
-def write_tokenizer(out: Path) -> dict[str, Any]:
-    """Write tokenizer.json + tokenizer_config.json to `out`, check them, return the goldens.
-
-    The config is written by hand in the layout of Qwen2.5 hub checkpoints (chat_template inside
-    tokenizer_config.json): transformers 5 would put the template in chat_template.jinja instead.
-    """
-    import transformers
-
-    tok = train_tokenizer()
-    tok.save(str(out / "tokenizer.json"), pretty=True)
+def tokenizer_config(tok: Any, *, chat_template: str, model_max_length: int) -> dict[str, Any]:
+    """tokenizer_config.json for a `train_tokenizer` tokenizer, in the layout of Qwen2.5 hub
+    checkpoints (chat_template inside it; transformers 5 would write chat_template.jinja)."""
     ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
-    # The qwen2 config's bos/eos ids (509, 511) assume the specials follow a full BPE_VOCAB.
-    if ids != {t: BPE_VOCAB + i for i, t in enumerate(SPECIAL_TOKENS)}:
-        raise SystemExit(f"special tokens landed at {ids}; grow CORPUS or lower BPE_VOCAB")
-    config = {
+    return {
         "add_prefix_space": False,
         "added_tokens_decoder": {
             str(ids[t]): {
@@ -481,16 +475,31 @@ def write_tokenizer(out: Path) -> dict[str, Any]:
         },
         "additional_special_tokens": [IM_START, IM_END],
         "bos_token": None,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
         "clean_up_tokenization_spaces": False,
         "eos_token": IM_END,
         "errors": "replace",
-        "model_max_length": BASE_CONFIG["max_position_embeddings"],
+        "model_max_length": model_max_length,
         "pad_token": ENDOFTEXT,
         "split_special_tokens": False,
         "tokenizer_class": "Qwen2Tokenizer",
         "unk_token": None,
     }
+
+
+def write_tokenizer(out: Path) -> dict[str, Any]:
+    """Write tokenizer.json + tokenizer_config.json to `out`, check them, return the goldens."""
+    import transformers
+
+    tok = train_tokenizer()
+    tok.save(str(out / "tokenizer.json"), pretty=True)
+    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+    # The qwen2 config's bos/eos ids (509, 511) assume the specials follow a full BPE_VOCAB.
+    if ids != {t: BPE_VOCAB + i for i, t in enumerate(SPECIAL_TOKENS)}:
+        raise SystemExit(f"special tokens landed at {ids}; grow CORPUS or lower BPE_VOCAB")
+    config = tokenizer_config(
+        tok, chat_template=CHAT_TEMPLATE, model_max_length=BASE_CONFIG["max_position_embeddings"]
+    )
     write_json(out / "tokenizer_config.json", config)
 
     # Prove the files load through transformers and agree with the bare tokenizers library.
