@@ -1,10 +1,10 @@
 """The floor of the e2e benchmark: a minimal single-process GRPO loop on the demo task.
 
-Same model (the demo's SFT base model), task (2-digit addition, byte-level), batch B and group
-size G as `rlx up`'s built-in demo, but no services, no RPC, no snapshots, no rollout log: sample
-B×G responses, score them with the math answer rule, one GRPO update (rlx_trainer.objective's
-`preset("grpo")`), repeat. rlx's seconds per step divided by this loop's is the price of the
-architecture (tools/bench/e2e).
+Same model (the demo's SFT base model, its prompts rendered with its chat template), task
+(2-digit addition), batch B and group size G as `rlx up`'s built-in demo, but no services, no
+RPC, no snapshots, no rollout log: sample B×G responses, score them with the math answer rule,
+one GRPO update (rlx_trainer.objective's `preset("grpo")`), repeat. rlx's seconds per step
+divided by this loop's is the price of the architecture (tools/bench/e2e).
 
     uv run python tools/bench/e2e/floor.py                       # the demo's settings
     uv run python tools/bench/e2e/floor.py --steps 300 --eval-every 25 --json
@@ -31,17 +31,15 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tools" / "demo"))
 
 from addition_lm import (  # noqa: E402  (tools/ is not a package)
+    Codec,
     accuracy,
-    decode_responses,
-    encode_prompts,
-    prompt_len,
-    response_len,
     response_logprobs,
     rewards_for,
     sample,
 )
 
 from rlx_controller.demo import AdditionTask, addition_splits  # noqa: E402
+from rlx_core.tokenizer import load_tokenizer  # noqa: E402
 from rlx_model import load_checkpoint  # noqa: E402
 from rlx_trainer.objective import ObjectiveBatch, preset  # noqa: E402
 
@@ -83,8 +81,9 @@ def run(  # noqa: PLR0915  (one loop, read top to bottom)
     info = json.loads((base / "rlx_demo.json").read_text())
     task = AdditionTask(**info["task"])
     cfg, params = load_checkpoint(base)
+    codec = Codec(load_tokenizer(str(base)), task)
     train, heldout = addition_splits(task)
-    P, R = prompt_len(task), response_len(task)
+    R = codec.R
     objective = preset(preset_name, beta=beta)
     # the trainer's optimizer: linear warmup from 0, then constant or cosine down to 0.1 × lr
     after = optax.cosine_decay_schedule(lr, decay_steps, alpha=0.1) if decay_steps else None
@@ -134,7 +133,7 @@ def run(  # noqa: PLR0915  (one loop, read top to bottom)
 
     rng = np.random.default_rng(seed)
     key = jax.random.PRNGKey(seed)
-    base_acc = float(accuracy(params, cfg, task, heldout))
+    base_acc = float(accuracy(params, cfg, codec, heldout))
     log(f"floor: base held-out accuracy {base_acc:.3f} ({len(heldout)} prompts)")
     curve = [(0, 0.0, base_acc)]
     train_time = 0.0
@@ -147,12 +146,20 @@ def run(  # noqa: PLR0915  (one loop, read top to bottom)
         rows = rng.integers(0, len(train), batch)
         prompts = [train[r]["prompt"] for r in rows for _ in range(group)]
         answers = [train[r]["answer"] for r in rows for _ in range(group)]
-        ids, valid = encode_prompts(prompts, P)
+        ids, valid = codec.encode_prompts(prompts)
         key, sub = jax.random.split(key)
         resp, sampler_logp, mask = sample(
-            params, cfg, jnp.asarray(ids), jnp.asarray(valid), sub, R=R, temperature=temperature
+            params,
+            cfg,
+            jnp.asarray(ids),
+            jnp.asarray(valid),
+            sub,
+            R=R,
+            stop_ids=codec.stop_ids,
+            pad=codec.pad,
+            temperature=temperature,
         )
-        texts = decode_responses(np.asarray(resp), np.asarray(mask))
+        texts = codec.decode_responses(np.asarray(resp), np.asarray(mask))
         rewards = rewards_for(texts, answers)
         rewards_j = jnp.asarray(rewards)
         for _ in range(epochs):
@@ -175,7 +182,7 @@ def run(  # noqa: PLR0915  (one loop, read top to bottom)
         reward_sum += float(rewards.mean())
         if step % eval_every == 0 or step == steps:
             t1 = time.perf_counter()
-            acc = float(accuracy(params, cfg, task, heldout))
+            acc = float(accuracy(params, cfg, codec, heldout))
             eval_time += time.perf_counter() - t1
             curve.append((step, round(train_time, 2), acc))
             log(
