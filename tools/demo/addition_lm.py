@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlx_controller.demo import AdditionTask, addition_answer_correct
+from rlx_controller.demo import AdditionTask, addition_answer_correct, demo_token_counts
 from rlx_core.tokenizer import Tokenizer
 from rlx_model import ModelConfig, forward, logits, token_logprobs
 
@@ -41,10 +41,8 @@ class Codec:
         self.stop_ids = tok.stop_ids  # any of these ends a sampled response
         self.pad = tok.pad_id  # filler of padded positions (never attended to, never trained)
         self._prompt_ids: dict[str, list[int]] = {}
-        top = 10**task.digits - 1
-        # the longest operands and sum; encode_* refuse anything longer
-        self.P = len(self.prompt_ids(task.record(top, top)["prompt"]))
-        self.R = len(self.answer_ids(task.target(str(2 * top))))
+        # the longest prompt and answer, as demo_config counts them; encode_* refuse longer ones
+        self.P, self.R = demo_token_counts(tok, task)
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The chat-rendered ids of one prompt (cached: the splits are encoded over and over)."""

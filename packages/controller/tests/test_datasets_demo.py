@@ -17,12 +17,14 @@ from rlx_controller.demo import (
     write_addition_jsonl,
 )
 from rlx_controller.run_config import check_run_inputs, loads_run_config
+from rlx_controller.services import base_model_dir
 from rlx_core.errors import ConfigError
 
 
 def _cfg(tmp_path: Path, math: Path, code: Path, extra: str = "") -> str:
     return (
         f'run_dir = "{tmp_path}/run"\n'
+        f'[model]\npath = "{tmp_path}/model"\n'
         f'[[datasets]]\nname = "m"\npath = "{math}"\ntemplate = "Q: {{prompt}} A:"\n'
         f'[[datasets]]\nname = "c"\npath = "{code}"\nreward = "code"\nprompt_field = "question"\n'
         + extra
@@ -122,12 +124,13 @@ def test_math_answer_rule(response: str, answer: str, ok: bool) -> None:
 
 def test_demo_config_loads_its_data(tmp_path: Path) -> None:
     write_addition_jsonl(tmp_path / "data", DEMO_TASK)
-    (tmp_path / "base").mkdir()
-    (tmp_path / "base" / "config.json").write_text("{}")
-    cfg = demo_config(str(tmp_path / "run"), tmp_path / "data", tmp_path / "base")
+    cfg = demo_config(str(tmp_path / "run"), tmp_path / "data", base_model_dir())
     check_run_inputs(cfg)
+    assert cfg.model.path == str(base_model_dir())
     assert (cfg.batch.prompts, cfg.batch.group_size) == (32, 8)
-    assert cfg.batch.max_new_tokens == 4 and cfg.staleness.max_staleness == 1
+    assert cfg.staleness.max_staleness == 1
+    # <|im_start|> user \n 9 9 + 9 9 = <|im_end|> \n <|im_start|> assistant \n; 1 9 8 <|im_end|>
+    assert (cfg.batch.max_prompt_tokens, cfg.batch.max_new_tokens) == (14, 4)
     heldout = load_dataset(cfg.eval.datasets[0])
     assert len(heldout) == DEMO_TASK.heldout
     assert heldout.prompt(0).text == addition_splits(DEMO_TASK)[1][0]["prompt"]

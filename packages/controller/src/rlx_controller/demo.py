@@ -1,11 +1,13 @@
 """The built-in demo task: multi-digit addition with a verifiable answer and a held-out split.
 
-A prompt is `"{a}+{b}="` (operands zero-padded to `digits`) and its answer the decimal sum,
-written by a byte-level model one character at a time (rlx_model's `ByteTokenizer`). Responses
-are scored by the math answer rule (the verifier's `last_number` extraction, then numeric
-equality), so `"57"`, `"057"` and `"57 "` are right and `"5 7"` is not. Every pair (a, b) with
-0 <= a, b < 10**digits belongs to exactly one split, chosen by a keyed permutation of all pairs:
-the first `heldout` positions are held out.
+A prompt is `"{a}+{b}="` (operands zero-padded to `digits`) and its answer the decimal sum. The
+demo's base model (tools/demo/base_model) is an HF checkpoint like any other: the controller
+renders each prompt as the user's turn with its ChatML template and encodes it with its own
+tokenizer, which writes every digit as its own token; the model answers digit by digit, then
+`<|im_end|>`. Responses are scored by the math answer rule (the verifier's `last_number`
+extraction, then numeric equality), so `"57"`, `"057"` and `"57 "` are right and `"5 7"` is
+not. Every pair (a, b) with 0 <= a, b < 10**digits belongs to exactly one split, chosen by a
+keyed permutation of all pairs: the first `heldout` positions are held out.
 
     train, heldout = addition_splits(digits=2, heldout=500, seed=0)
     write_addition_jsonl(dir, digits=2, heldout=500)   # dir/train.jsonl, dir/heldout.jsonl
@@ -22,6 +24,7 @@ from pathlib import Path
 from rlx_controller.rng import KeyedPermutation
 from rlx_controller.run_config import RunConfig, loads_run_config
 from rlx_core.storage import join_uri
+from rlx_core.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
     "DEMO_STEPS",
@@ -30,6 +33,7 @@ __all__ = [
     "addition_answer_correct",
     "addition_splits",
     "demo_config",
+    "demo_token_counts",
     "write_addition_jsonl",
 ]
 
@@ -124,11 +128,23 @@ DEMO_LR = 5e-4
 DEMO_WARMUP = 25  # optimizer steps of linear warmup
 
 
+def demo_token_counts(tokenizer: Tokenizer, task: AdditionTask) -> tuple[int, int]:
+    """(prompt ids, response ids) of the task's longest prompt and answer with `tokenizer`: the
+    chat-rendered prompt of the largest operands, and the largest sum's ids plus one stop id."""
+    top = 10**task.digits - 1
+    prompt = len(tokenizer.prompt_ids(task.record(top, top)["prompt"]))
+    answer = tokenizer.encode(task.target(str(2 * top)), add_special_tokens=False)
+    return prompt, len(answer) + 1
+
+
 def demo_config(run_dir: str, data_dir: str | Path, base_model: str | Path) -> RunConfig:
     """The built-in demo's run config (`rlx up` without a config): the addition task's JSONL
     files in `data_dir` (written by `write_addition_jsonl(data_dir, DEMO_TASK)`), the SFT base
     model directory `base_model` (tools/demo/base_model), GRPO without KL, B 32, G 8,
-    (j, k) = (1, 1). `data_dir` may be a URI (s3://, gs://) holding those files."""
+    (j, k) = (1, 1). `data_dir` may be a URI (s3://, gs://) holding those files.
+    max_prompt_tokens and max_new_tokens are what the base model's tokenizer makes of the
+    task: a rendered prompt's ids, and the longest answer's digits then `<|im_end|>`."""
+    prompt_tokens, new_tokens = demo_token_counts(load_tokenizer(os.fspath(base_model)), DEMO_TASK)
     train = join_uri(os.fspath(data_dir), "train.jsonl")
     heldout = join_uri(os.fspath(data_dir), "heldout.jsonl")
     text = f"""
@@ -137,8 +153,6 @@ seed = 0
 steps = {DEMO_STEPS}
 
 [model]
-source = "tiny"
-tiny = "tiny"
 path = {json.dumps(str(base_model))}
 
 [[datasets]]
@@ -165,8 +179,8 @@ accept = 1
 [batch]
 prompts = 32
 group_size = 8
-max_prompt_tokens = {1 + 2 * DEMO_TASK.digits + 2}
-max_new_tokens = {DEMO_TASK.max_answer_chars + 1}
+max_prompt_tokens = {prompt_tokens}
+max_new_tokens = {new_tokens}
 
 [sampling]
 temperature = 1.0
