@@ -18,20 +18,19 @@ from rlx_model.decoder import (
 from rlx_model.families import FAMILIES, config_from_hf, get_family
 from rlx_model.generate import SamplingParams, generate, sample_logits
 from rlx_model.sharding import batch_sharding, make_mesh, param_shardings, shard_params
-from rlx_model.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
+from rlx_model.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
     "BENCH_CONFIG",
     "DEFAULT_COMPILE_CACHE_DIR",
     "FAMILIES",
     "TINY_CONFIGS",
-    "ByteTokenizer",
-    "Tokenizer",
     "KVCache",
     "ModelConfig",
     "Params",
     "RopeScaling",
     "SamplingParams",
+    "Tokenizer",
     "__version__",
     "batch_sharding",
     "config_from_hf",

@@ -91,7 +91,7 @@ class ModelConfig:
 def tiny_config(
     vocab_size: int = 259, *, hidden_size: int = 64, num_layers: int = 2, **overrides: object
 ) -> ModelConfig:
-    """A small Qwen2-style config for synthetic tasks and the demo (byte-level vocab by default)."""
+    """A small Qwen2-style config for tests and synthetic tasks (a vocabulary of 259 by default)."""
     base: dict[str, object] = {
         "family": "qwen2",
         "vocab_size": vocab_size,
@@ -125,6 +125,6 @@ BENCH_CONFIG = ModelConfig(
 )
 
 TINY_CONFIGS: dict[str, ModelConfig] = {
-    "tiny": tiny_config(),  # 2 layers, d 64: the demo's model
+    "tiny": tiny_config(),  # 2 layers, d 64 (the demo base model's dimensions)
     "small": tiny_config(hidden_size=128, num_layers=4),
 }
