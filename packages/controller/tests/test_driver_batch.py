@@ -1,20 +1,20 @@
 """The driver's batch assembly: prefer-newest acceptance, INFRA exclusion and DAPO dynamic
-sampling's drop of uniform groups, on logged-rollout payloads (no services needed)."""
+sampling's drop of uniform groups, on rollout records (no services needed)."""
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
-from rlx_controller.driver import PAD, Driver, encode, pack_logp
+from rlx_controller.driver import Driver
+from rlx_controller.rollout_log import decode_record, encode_record
 from rlx_controller.run_config import loads_run_config
 from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
-from rlx_core.errors import Corrupt
+from rlx_core.rollout import RolloutGroup, RolloutSample, RolloutUnit
 
 B, G = 4, 4
 
@@ -35,25 +35,45 @@ def _driver(tmp_path: Path, dynamic: bool) -> Driver:
     return Driver(cfg, tmp_path / "run", log=lambda _m: None)
 
 
-def _payloads(d: Driver, rewards: list[list[float | None]]) -> list[dict]:
+def _records(d: Driver, rewards: list[list[float | None]]) -> list[RolloutUnit]:
     """Batch 0's planned units with responses "7" and the given rewards per (prompt, sample)."""
-    pays = []
+    seven = d.tokenizer.encode("7", add_special_tokens=False)
+    response = (*seven, d.tokenizer.stop_ids[0])  # "7", then the checkpoint's EOS
+    logp = np.linspace(-0.5, -0.25, len(response), dtype="<f4").tobytes()
+    records = []
     for unit in d.schedule.plan(0).units:
-        samples = []
-        for p in range(len(unit.prompts)):
+        groups = []
+        for p, ref in enumerate(unit.prompts):
+            samples = []
             for g in range(G):
                 r = rewards[unit.first_slot + p][g]
                 samples.append(
-                    {
-                        "tokens": [ord("7"), 258],
-                        "logp": [-0.5, -0.25],
-                        "finish": "stop",
-                        "status": "INFRA" if r is None else "AC",
-                        "reward": r,
-                    }
+                    RolloutSample(
+                        tokens=response,
+                        logp_f32=logp,
+                        finish="stop",
+                        text="7",
+                        status="INFRA" if r is None else "AC",
+                        reward=r,
+                    )
                 )
-        pays.append({"unit": unit.to_dict(), "version": unit.version, "samples": samples})
-    return pays
+            groups.append(
+                RolloutGroup(
+                    prompt=ref.id,
+                    prompt_ids=d._ids(ref.dataset, ref.row),
+                    version=unit.version,
+                    samples=tuple(samples),
+                )
+            )
+        records.append(
+            RolloutUnit(
+                unit=unit.to_dict(),
+                version=unit.version,
+                generated_tokens=len(response) * G * len(groups),
+                groups=tuple(groups),
+            )
+        )
+    return records
 
 
 REWARDS: list[list[float | None]] = [
@@ -66,7 +86,7 @@ REWARDS: list[list[float | None]] = [
 
 def test_without_dynamic_sampling_every_group_trains(tmp_path: Path) -> None:
     d = _driver(tmp_path, dynamic=False)
-    batch, info = d.build_batch(0, _payloads(d, REWARDS))
+    batch, info = d.build_batch(0, _records(d, REWARDS))
     assert info["groups"] == B and info["dropped_uniform"] == 0 and info["excluded"] == 1
     ids = [ref.id for u in d.schedule.plan(0).units for ref in u.prompts]
     assert info["prompt_ids"] == ids
@@ -75,53 +95,74 @@ def test_without_dynamic_sampling_every_group_trains(tmp_path: Path) -> None:
     assert batch.loss_mask[1, 2].sum() == 0 and batch.rewards[1, 2] == np.float32(1 / 3)
 
 
-def test_packed_log_probs_give_the_same_batch_as_listed_ones(tmp_path: Path) -> None:
-    """New records keep the sampler log-probs as packed float32 (`logp_f32`); records written
-    before as JSON lists (`logp`). Both give the same arrays, bit for bit; a count that does not
-    match the tokens is Corrupt either way."""
+def _arrays(batch: object) -> list[bytes]:
+    names = ("tokens", "valid", "loss_mask", "sampler_logp", "rewards")
+    return [np.asarray(getattr(batch, n)).tobytes() for n in names]
+
+
+def test_records_read_back_from_the_log_give_the_same_batch_bit_for_bit(tmp_path: Path) -> None:
+    """A replayed batch is built from the records the log gives back: the same arrays, bit for
+    bit, as the batch of the records that were logged (float32 log-probs never widened); a
+    record without prompt ids (logged before records carried them) gets the run's own."""
     d = _driver(tmp_path, dynamic=False)
-    listed = _payloads(d, REWARDS)
     rng = np.random.default_rng(0)
-    for pay in listed:
-        for s in pay["samples"]:
-            s["logp"] = [float(x) for x in -rng.random(2).astype(np.float32) * 5]
-    packed = copy.deepcopy(listed)
-    for pay in packed:
-        for s in pay["samples"]:
-            s["logp_f32"] = pack_logp(s.pop("logp"))
-    a, _ = d.build_batch(0, listed)
-    b, _ = d.build_batch(0, packed)
-    assert a.sampler_logp is not None and b.sampler_logp is not None
-    assert a.sampler_logp.tobytes() == b.sampler_logp.tobytes()
-    assert np.count_nonzero(b.sampler_logp) == 2 * (B * G - 1)  # all but the INFRA sample's
-    for pays in (listed, packed):
-        broken = copy.deepcopy(pays)
-        key = "logp_f32" if "logp_f32" in broken[0]["samples"][0] else "logp"
-        broken[0]["samples"][0][key] = pack_logp([-1.0]) if key == "logp_f32" else [-1.0]
-        with pytest.raises(Corrupt, match="1 log-probs for 2 tokens"):
-            d.build_batch(0, broken)
+    records = []
+    for rec in _records(d, REWARDS):
+        groups = []
+        for group in rec.groups:
+            samples = tuple(
+                dataclasses.replace(
+                    s, logp_f32=(-5 * rng.random(len(s.tokens))).astype("<f4").tobytes()
+                )
+                for s in group.samples
+            )
+            groups.append(dataclasses.replace(group, samples=samples))
+        records.append(dataclasses.replace(rec, groups=tuple(groups)))
+    replayed = [decode_record(encode_record(r)) for r in records]
+    assert replayed == records
+    without_ids = [
+        dataclasses.replace(
+            r, groups=tuple(dataclasses.replace(g, prompt_ids=()) for g in r.groups)
+        )
+        for r in records
+    ]
+    want, _ = d.build_batch(0, records)
+    assert want.sampler_logp is not None
+    n = len(records[0].groups[0].samples[0].tokens)
+    assert np.count_nonzero(want.sampler_logp) == n * (B * G - 1)  # all but the INFRA sample's
+    for other in (replayed, without_ids):
+        got, _ = d.build_batch(0, other)
+        assert _arrays(got) == _arrays(want)
+    # the INFRA sample's log-probs stay 0 and out of the loss
+    P = d.P
+    assert not want.sampler_logp[1, 2].any() and not want.loss_mask[1, 2].any()
+    first = records[0].groups[0].samples[0]
+    assert want.sampler_logp[0, 0, P : P + len(first.tokens)].tobytes() == first.logp_f32
 
 
 def test_dynamic_sampling_drops_uniform_groups_and_pads_the_short_batch(tmp_path: Path) -> None:
     d = _driver(tmp_path, dynamic=True)
-    pays = _payloads(d, REWARDS)
+    pays = _records(d, REWARDS)
     batch, info = d.build_batch(0, pays)
     ids = [ref.id for u in d.schedule.plan(0).units for ref in u.prompts]
     assert info["groups"] == 2 and info["dropped_uniform"] == 2
     assert info["prompt_ids"] == [ids[1], ids[3]]
     P = d.P
     # accepted groups first, with their responses and rewards
-    assert batch.tokens[0, 0, P] == ord("7") and batch.loss_mask[0, 0, P] == 1.0
+    seven = d.tokenizer.encode("7", add_special_tokens=False)
+    assert batch.tokens[0, 0, P] == seven[0] and batch.loss_mask[0, 0, P] == 1.0
     np.testing.assert_array_equal(batch.rewards[1], [0.0, 1.0, 0.0, 0.0])
     # the two empty slots: a real prompt, no response, no loss, reward 0 (they teach nothing)
     name, row = ids[1].split("/")
-    first = encode(d._prompt(name, int(row)).text)
+    first = d._ids(name, int(row))
     for slot in (2, 3):
         assert batch.loss_mask[slot].sum() == 0 and batch.rewards[slot].sum() == 0
         assert batch.valid[slot, :, P - len(first) : P].all()
-        assert (batch.tokens[slot, :, P:] == PAD).all() and not batch.valid[slot, :, P:].any()
+        assert (batch.tokens[slot, :, P:] == d.tokenizer.pad_id).all() and not batch.valid[
+            slot, :, P:
+        ].any()
     # every group uniform: still one fixed-shape batch, nothing to learn, no crash
-    batch, info = d.build_batch(0, _payloads(d, [[1.0] * G] * B))
+    batch, info = d.build_batch(0, _records(d, [[1.0] * G] * B))
     assert info["groups"] == 0 and info["dropped_uniform"] == B
     assert batch.loss_mask.sum() == 0 and batch.tokens.shape == (B, G, d.P + d.R)
 

@@ -27,7 +27,7 @@ is the controller's own work (and the simulated clients' small bookkeeping, meas
 
 Where the time goes is measured per call (wall and thread CPU time, time.thread_time): the loop's
 main-thread calls per step, and per unit the controller's CPU in run_unit outside the simulated
-clients (prompt encoding, VerifySample construction, payload, rollout-log append).
+clients (prompt encoding, VerifySample construction, rollout record, rollout-log append).
 """
 
 from __future__ import annotations
@@ -56,8 +56,9 @@ from common import uptime  # noqa: E402  (tools/ is not a package)
 from timing import Timed, Timings, timed_method  # noqa: E402  (tools/ is not a package)
 
 from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl  # noqa: E402
-from rlx_controller.driver import EOS, Driver  # noqa: E402
+from rlx_controller.driver import Driver  # noqa: E402
 from rlx_controller.run_config import RunConfig, loads_run_config  # noqa: E402
+from rlx_controller.services import base_model_dir  # noqa: E402
 from rlx_core.clients import GenerateResult, StepResult, TrainBatch  # noqa: E402
 from rlx_core.clients import WorkUnit as GenUnit  # noqa: E402
 from rlx_core.clients.inference import LoadResult, Rollout  # noqa: E402
@@ -151,9 +152,10 @@ class SimWorker:
         # controller nothing to make, and rng.choices took ~60 us of its interpreter per unit
         digits = tuple(rng.randbytes(sum(lengths)).translate(_DIGITS))
         rollouts, at = [], 0
+        eos = unit.stop_token_ids[0]  # the run's tokenizer's (ids 48-57 exist in any vocabulary)
         for i in range(n):
             k = lengths[i]
-            toks = (*digits[at : at + k - 1], EOS)
+            toks = (*digits[at : at + k - 1], eos)
             at += k - 1
             logp = (-0.5,) * k
             rollouts.append(
@@ -301,7 +303,8 @@ class SimDriver(Driver):
 
 
 def sim_config(run_dir: Path, data_dir: Path, workers: int, steps: int, max_new: int) -> RunConfig:
-    base = demo_config(str(run_dir), data_dir, "")
+    # the demo checkpoint's tokenizer renders the prompts; its weights are never loaded here
+    base = demo_config(str(run_dir), data_dir, base_model_dir())
     sets = [
         f"run_dir={run_dir}",
         f"steps={steps}",
@@ -380,9 +383,9 @@ def profile_controller(
         driver.run_id = "profile"
         units = list(driver.schedule.plan(0).units)
         c0 = time.process_time()
-        payloads = [driver.run_unit(u) for u in units]
+        records = [driver.run_unit(u) for u in units]
         c1 = time.process_time()
-        driver.build_batch(0, payloads)
+        driver.build_batch(0, records)
         c2 = time.process_time()
         sim_cpu = sum(driver.clock.cpu.values())
         n = len(units)
@@ -394,8 +397,8 @@ def profile_controller(
         units = list(driver.schedule.plan(1).units)
         prof = cProfile.Profile()
         prof.enable()
-        payloads = [driver.run_unit(u) for u in units]
-        driver.build_batch(1, payloads)
+        records = [driver.run_unit(u) for u in units]
+        driver.build_batch(1, records)
         driver._snapshot(1, None, "reload", [], {})
         prof.disable()
     stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
@@ -413,6 +416,8 @@ def profile_controller(
         ("rollout_log.py", "append"),
         ("rollout_log.py", "encode_record"),
         ("rollout_log.py", "decode_record"),
+        ("rollout.py", "to_bytes"),
+        ("rollout.py", "from_bytes"),
         ("verifier.py", "math"),
         ("driver.py", "build_batch"),
         ("driver.py", "_snapshot"),

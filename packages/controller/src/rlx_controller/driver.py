@@ -20,8 +20,9 @@ from its newest snapshot inside the same process.
 
 from __future__ import annotations
 
-import base64
 import contextlib
+import dataclasses
+import datetime
 import functools
 import gc
 import hashlib
@@ -44,7 +45,8 @@ from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilte
 from rlx_controller.lease import Lease
 from rlx_controller.liveness import Liveness, NotAnswering
 from rlx_controller.metrics import METRICS_FILE, MetricsUpload, MetricsWriter
-from rlx_controller.mixture import PromptMixture
+from rlx_controller.mixture import MixtureSource, PromptMixture
+from rlx_controller.prompts import PromptIds
 from rlx_controller.rng import sample_seed
 from rlx_controller.rollout_log import RolloutLog
 from rlx_controller.run_config import RunConfig, config_hash
@@ -78,26 +80,27 @@ from rlx_core.clients import (
 from rlx_core.clients import WorkUnit as GenUnit
 from rlx_core.clients.paramserver import TensorSpec
 from rlx_core.errors import (
-    Corrupt,
+    ConfigError,
     DeadlineExceeded,
     FailedPrecondition,
     NotFound,
     RlxError,
     Unavailable,
 )
+from rlx_core.rollout import RolloutGroup, RolloutUnit
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
+from rlx_core.tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["PAD", "Driver", "Progress", "RunSummary", "params_hash"]
+__all__ = ["Driver", "Progress", "RunSummary", "params_hash"]
 
-PAD, BOS, EOS = 256, 257, 258  # rlx_model's ByteTokenizer (the controller never imports JAX)
 # The interpreter's thread switch interval while the loop runs. Its threads mostly wait on RPCs;
 # with hundreds of workers their replies arrive together and, at the default 5 ms, the waiting
 # threads keep forcing the interpreter lock from whoever holds it: tools/bench/e2e/sim.py at
 # 1024 workers measured 5.54 s/step at 5 ms, 4.54 at 250 ms (ideal 4.08).
 SWITCH_INTERVAL_S = 0.25
 # The cyclic garbage collector's thresholds while the loop runs, and the start-up objects
-# (datasets, clients, modules) frozen out of its scans. Each unit's payload makes thousands of
+# (datasets, clients, modules) frozen out of its scans. Each unit's rollouts make thousands of
 # containers, freed by reference counting, yet at the default gen0 threshold (700) they set off
 # a collection every few hundred microseconds, each holding the interpreter lock, and full ones
 # of 0.27 s: at 1024 simulated workers, 2.2 s of collections per 8-step run and 86-93% scaling
@@ -121,19 +124,6 @@ def _interpreter_tuned() -> Iterator[None]:
         sys.setswitchinterval(old_switch)
 
 
-def encode(text: str) -> list[int]:
-    return [BOS, *text.encode("utf-8")]
-
-
-def decode(ids: list[int] | tuple[int, ...]) -> str:
-    """The text of byte-level token ids (ids outside 0..255, the specials, are left out)."""
-    try:  # the usual response: bytes, then EOS
-        data = bytes(ids[:-1] if ids and ids[-1] == EOS else ids)
-    except ValueError:  # another special token among them
-        data = bytes(i for i in ids if 0 <= i < 256)
-    return data.decode("utf-8", errors="replace")
-
-
 def params_hash(manifest: Sequence[TensorSpec]) -> str:
     """sha256 over a version's manifest in name order: each tensor's name, dtype, shape and the
     sha256 the paramserver computed over its bytes when it received them. It identifies the
@@ -143,26 +133,6 @@ def params_hash(manifest: Sequence[TensorSpec]) -> str:
     for t in sorted(manifest, key=lambda t: t.name):
         h.update(f"{t.name}|{t.dtype.str}|{t.shape}|{t.sha256}\n".encode())
     return h.hexdigest()
-
-
-def pack_logp(values: Sequence[float]) -> str:
-    """Sampler log-probs (float32 on the wire) as a logged sample's `logp_f32`: base64 of their
-    little-endian float32 bytes. Exact, and cheaper to write than a JSON list of floats, whose
-    reprs were 0.33 of the 0.47 ms that json.dumps took for a unit of 8 samples."""
-    return base64.b64encode(np.asarray(values, "<f4").tobytes()).decode("ascii")
-
-
-def _logp_of(sample: dict[str, Any], n: int) -> np.ndarray:
-    """The sampler log-probs of a logged sample's first n response tokens (one per token):
-    `logp_f32`, or the JSON list `logp` of records written before it."""
-    packed = sample.get("logp_f32")
-    if packed is not None:
-        logp = np.frombuffer(base64.b64decode(packed), "<f4")[:n]
-    else:
-        logp = np.asarray(sample["logp"][:n], np.float32)
-    if len(logp) != n:
-        raise Corrupt(f"a logged sample has {len(logp)} log-probs for {n} tokens")
-    return logp
 
 
 class _Filled(NamedTuple):
@@ -178,17 +148,17 @@ class _Filled(NamedTuple):
 
 
 def _fill_arrays(
-    groups: list[tuple[list[int], list[dict[str, Any]]]], shape: tuple[int, int, int, int]
+    groups: Sequence[RolloutGroup], shape: tuple[int, int, int, int], pad_id: int
 ) -> _Filled:
-    """The arrays of the accepted groups (prompt ids, logged samples) for shape (B, G, P, R):
-    prompts right-aligned at P, responses from P; slots past len(groups) stay empty; and the
-    counts (reward sum, rewards counted, samples excluded, response tokens).
+    """The arrays of the accepted groups for shape (B, G, P, R): each group's prompt ids
+    right-aligned at P, its responses from P; slots past len(groups) stay empty; and the counts
+    (reward sum, rewards counted, samples excluded, response tokens).
 
     The responses go in with one masked assignment per array (a slice assignment per sample
     cost ~20 us: 170 ms a step at 1024 units of 8)."""
     B, G, P, R = shape
     S = P + R
-    tokens = np.full((B, G, S), PAD, np.int32)
+    tokens = np.full((B, G, S), pad_id, np.int32)  # never attended to (valid) nor trained
     valid = np.zeros((B, G, S), bool)
     mask = np.zeros((B, G, S), np.float32)
     logp = np.zeros((B, G, S), np.float32)
@@ -198,26 +168,27 @@ def _fill_arrays(
     resp_tokens: list[int] = []  # every row's response, concatenated in row order
     resp_logp: list[np.ndarray] = []
     scored_rows = np.zeros((B, G), bool)
-    for i, (ids, samples) in enumerate(groups):
+    for i, group in enumerate(groups):
+        ids = group.prompt_ids
         tokens[i, :, P - len(ids) : P] = ids
         valid[i, :, P - len(ids) : P] = True
-        scored = [s["reward"] for s in samples if s["reward"] is not None]
+        scored = [s.reward for s in group.samples if s.reward is not None]
         mean = float(np.mean(scored)) if scored else 0.0
-        for g, s in enumerate(samples):
-            resp = s["tokens"][:R]
+        for g, s in enumerate(group.samples):
+            resp = s.tokens[:R]
             n = len(resp)
             lengths[i, g] = n
             resp_tokens += resp
             gen_tokens += n
-            if s["reward"] is None:  # INFRA / ERROR: left out, never scored 0
+            if s.reward is None:  # INFRA / ERROR: left out, never scored 0
                 excluded += 1
                 rewards[i, g] = mean
                 resp_logp.append(np.zeros(n, np.float32))
                 continue
-            resp_logp.append(_logp_of(s, n))
+            resp_logp.append(s.logp[:n])  # one float32 per token (the record checks it)
             scored_rows[i, g] = True
-            rewards[i, g] = s["reward"]
-            rsum += s["reward"]
+            rewards[i, g] = s.reward
+            rsum += s.reward
             rcount += 1
     # row-major boolean selection of the response positions [B, G, R]: its order is the
     # concatenation's, so each array takes one masked assignment
@@ -229,10 +200,37 @@ def _fill_arrays(
     return _Filled(tokens, valid, mask, logp, rewards, rsum, rcount, excluded, gen_tokens)
 
 
-def _all_equal(samples: list[dict[str, Any]]) -> bool:
+def _uniform(group: RolloutGroup) -> bool:
     """Whether a group teaches nothing: its scored rewards are all equal (or none is scored)."""
-    scored = {s["reward"] for s in samples if s["reward"] is not None}
+    scored = {s.reward for s in group.samples if s.reward is not None}
     return len(scored) <= 1
+
+
+def _run_tokenizer(cfg: RunConfig, storage: Any) -> Tokenizer:
+    """The tokenizer of the run's checkpoint, its chat template's date fixed to the run's first
+    start (run.json's `chat_date`; now, for a new run)."""
+    now = None
+    with contextlib.suppress(RlxError, ValueError):  # a damaged run.json is reported later
+        info = read_run_info(storage)
+        if info is not None and info.get("chat_date"):
+            now = datetime.datetime.fromisoformat(info["chat_date"])
+    return load_tokenizer(cfg.model.path, now=now)
+
+
+def _fitting_sources(sources: list[MixtureSource], table: PromptIds) -> list[MixtureSource]:
+    """The mixture's sources without the rows whose prompt is longer than max_prompt_tokens."""
+    out = []
+    for src in sources:
+        fits = set(table.fitting(src.name))
+        rows = [r for r in src.rows if r in fits]
+        if not rows:
+            raise ConfigError(
+                f"no prompt of {src.name!r} that the pre-filter keeps fits in "
+                f"batch.max_prompt_tokens = {table.max_tokens}",
+                field="batch.max_prompt_tokens",
+            )
+        out.append(MixtureSource(src.name, src.weight, rows))
+    return out
 
 
 class ComponentFailed(RlxError):
@@ -345,14 +343,28 @@ class Driver:
         self.rollouts = RolloutLog(self.storage)
         self.snapshots = SnapshotStore(self.storage, keep=cfg.snapshots.keep)
         self.hash = config_hash(cfg)
+        self.P = cfg.batch.max_prompt_tokens
+        self.R = cfg.batch.max_new_tokens
+        # the run's own tokenizer, once: every prompt's ids are computed here and travel with
+        # the work; a chat template's date (strftime_now) is the run's first start, so a resume
+        # renders what the run it continues rendered
+        self.tokenizer = _run_tokenizer(cfg, self.storage)
         self.datasets: dict[str, Dataset] = {d.name: load_dataset(d) for d in cfg.datasets}
+        self.prompt_ids = PromptIds(self.tokenizer, self.datasets, max_tokens=self.P, log=log)
         pre = load_prefilter(cfg.prefilter.file) if cfg.prefilter.file else None
-        sources = mixture_sources(cfg, list(self.datasets.values()), pre)
+        sources = _fitting_sources(
+            mixture_sources(cfg, list(self.datasets.values()), pre), self.prompt_ids
+        )
         self.mixture = PromptMixture(sources, seed=cfg.seed)
         self.schedule = Schedule.from_config(cfg, self.mixture)
         self.eval_sets = [load_dataset(d, field_path="eval.datasets") for d in cfg.eval.datasets]
-        self.P = cfg.batch.max_prompt_tokens
-        self.R = cfg.batch.max_new_tokens
+        self.eval_ids = PromptIds(
+            self.tokenizer,
+            {d.name: d for d in self.eval_sets},
+            max_tokens=self.P,
+            field_path="eval.datasets",
+            log=log,
+        )
         self._stop = threading.Event()
         self._stop_reason = ""
         self.services: RunServices | None = None
@@ -465,13 +477,11 @@ class Driver:
     def _prompt(self, dataset: str, row: int) -> Prompt:
         return self.datasets[dataset].prompt(row)
 
+    def _ids(self, dataset: str, row: int) -> tuple[int, ...]:
+        return self.prompt_ids.ids(dataset, row)
+
     def _gen_unit(self, unit: WorkUnit) -> GenUnit:
-        prompts = []
-        for ref in unit.prompts:
-            ids = encode(self._prompt(ref.dataset, ref.row).text)
-            if len(ids) > self.P:
-                raise RlxError(f"prompt {ref.id} has {len(ids)} tokens > max_prompt_tokens")
-            prompts.append(tuple(ids))
+        prompts = [self._ids(ref.dataset, ref.row) for ref in unit.prompts]
         s = self.cfg.sampling
         return GenUnit(
             unit_id=unit.unit_id,
@@ -481,7 +491,7 @@ class Driver:
             sampling=Sampling(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k),
             seeds=tuple(x for seeds in unit.seeds for x in seeds),
             max_new_tokens=self.R,
-            stop_token_ids=(EOS,),
+            stop_token_ids=self.tokenizer.stop_ids,
         )
 
     def _generate(self, worker: int, unit: GenUnit) -> Any:
@@ -504,16 +514,21 @@ class Driver:
                         raise
             raise AssertionError("unreachable")
 
+    def _decode(self, rollouts: Sequence[Any]) -> list[str]:
+        """Each rollout's response text (special tokens, EOS among them, left out): decoded
+        once, scored and logged as is."""
+        return [self.tokenizer.decode(r.token_ids) for r in rollouts]
+
     def _verify_rollouts(
-        self, unit_id: str, prompts: Sequence[Prompt], rollouts: Sequence[Any], key: int
+        self, unit_id: str, prompts: Sequence[Prompt], texts: Sequence[str], key: int
     ) -> list[Any]:
-        """The verifier's verdict on every rollout of a unit: rollouts[i * G + g] answers
+        """The verifier's verdict on every response of a unit: texts[i * G + g] answers
         prompts[i] (math answers against each prompt's gold)."""
-        G = len(rollouts) // len(prompts)
+        G = len(texts) // len(prompts)
         samples = [
             VerifySample.math(
                 f"{unit_id}/{i}/{g}",
-                decode(rollouts[i * G + g].token_ids),
+                texts[i * G + g],
                 p.answer or "",
                 extractor=p.math_extractor,
             )
@@ -526,22 +541,22 @@ class Driver:
         i = key % len(self.verifiers)
         return list(self._call(lambda: self.verifiers[i].verify(samples), f"verifier-{i} verify"))
 
-    def run_unit(self, unit: WorkUnit) -> dict[str, Any]:
+    def run_unit(self, unit: WorkUnit) -> RolloutUnit:
         """A unit's scored rollouts: from the rollout log when logged, else generated, scored and
         appended (the logged record is what counts)."""
-        logged = self._logged_payload(unit)
+        logged = self._logged_record(unit)
         if logged is not None:
             return logged
         return self._score_and_log(unit, self._generate_unit(unit))
 
     def _submit(
         self, unit: WorkUnit, gen_pools: list[ThreadPoolExecutor], post_pool: ThreadPoolExecutor
-    ) -> Future[dict[str, Any]]:
+    ) -> Future[RolloutUnit]:
         """`run_unit` in two stages: generation on its worker's own thread (`gen_pools[w]`,
         mostly waiting on the RPC), then scoring and logging on the smaller `post_pool`, so a
         worker's thread is free for its next unit the moment its reply is in, and few threads
-        compete for the interpreter. The future holds the logged payload (or the stage's error)."""
-        done: Future[dict[str, Any]] = Future()
+        compete for the interpreter. The future holds the logged record (or the stage's error)."""
+        done: Future[RolloutUnit] = Future()
 
         def post(result: Any) -> None:
             try:
@@ -551,7 +566,7 @@ class Driver:
 
         def gen() -> None:
             try:
-                logged = self._logged_payload(unit)
+                logged = self._logged_record(unit)
                 if logged is not None:
                     done.set_result(logged)
                     return
@@ -563,7 +578,7 @@ class Driver:
         gen_pools[self._worker_of(unit)].submit(gen)
         return done
 
-    def _logged_payload(self, unit: WorkUnit) -> dict[str, Any] | None:
+    def _logged_record(self, unit: WorkUnit) -> RolloutUnit | None:
         if unit.unit_id not in self._logged:  # one listing at (re)start, not a read per unit
             return None
         return self.rollouts.get(unit.unit_id)
@@ -575,63 +590,52 @@ class Driver:
     def _generate_unit(self, unit: WorkUnit) -> Any:
         return self._generate(self._worker_of(unit), self._gen_unit(unit))
 
-    def _score_and_log(self, unit: WorkUnit, result: Any) -> dict[str, Any]:
+    def _score_and_log(self, unit: WorkUnit, result: Any) -> RolloutUnit:
         """Verify a generated unit's rollouts and append them to the rollout log."""
         prompts = [self._prompt(ref.dataset, ref.row) for ref in unit.prompts]
-        verdicts = self._verify_rollouts(unit.unit_id, prompts, result.rollouts, unit.index)
-        out = []
-        for r, v in zip(result.rollouts, verdicts, strict=True):
-            out.append(
-                {
-                    "tokens": list(r.token_ids),
-                    "logp_f32": pack_logp(r.sampler_logprobs),
-                    "finish": r.finish_reason,
-                    "status": v.status,
-                    "reward": None if v.excluded else float(v.score),
-                }
-            )
-        payload = {
-            "unit": unit.to_dict(),
-            "version": result.version,
-            "generated_tokens": result.generated_tokens,
-            "samples": out,
-        }
-        return self.rollouts.append(
-            unit.unit_id, payload, known_absent=unit.unit_id not in self._logged
+        texts = self._decode(result.rollouts)
+        verdicts = self._verify_rollouts(unit.unit_id, prompts, texts, unit.index)
+        record = RolloutUnit.of(
+            unit.to_dict(),
+            prompts=[ref.id for ref in unit.prompts],
+            # the prompts' ids as generated from: the batch is built from these, never again
+            # from the text
+            prompt_ids=[self._ids(ref.dataset, ref.row) for ref in unit.prompts],
+            result=result,
+            texts=texts,
+            verdicts=verdicts,
         )
+        return self.rollouts.append(record, known_absent=unit.unit_id not in self._logged)
 
     # --- batches --------------------------------------------------------------------------------
-    def build_batch(self, b: int, payloads: list[dict[str, Any]]) -> tuple[TrainBatch, dict]:
+    def build_batch(self, b: int, records: Sequence[RolloutUnit]) -> tuple[TrainBatch, dict]:
         """Batch b's groups (prefer-newest acceptance over them) as one fixed-shape TrainBatch."""
         cfg = self.cfg
         B, G, P, R = cfg.batch.prompts, cfg.batch.group_size, self.P, self.R
-        groups: dict[GroupRef, tuple[list[int], list[dict[str, Any]]]] = {}
-        names: dict[GroupRef, str] = {}
-        for pay in payloads:
-            unit = WorkUnit.from_dict(pay["unit"])
-            for i, ref in enumerate(unit.prompts):
+        groups: dict[GroupRef, RolloutGroup] = {}
+        for record in records:
+            unit = WorkUnit.from_dict(record.unit)
+            for i, (ref, group) in enumerate(zip(unit.prompts, record.groups, strict=True)):
                 gref = GroupRef(
                     unit.version, unit.batch, unit.round, unit.first_slot + i, unit.unit_id
                 )
-                ids = encode(self._prompt(ref.dataset, ref.row).text)
-                groups[gref] = (ids, pay["samples"][i * G : (i + 1) * G])
-                names[gref] = ref.id
-        uniform = {g for g in groups if _all_equal(groups[g][1])} if self.dynamic else set()
+                groups[gref] = (
+                    group
+                    if group.prompt_ids  # () when logged before records carried them
+                    else dataclasses.replace(group, prompt_ids=self._ids(ref.dataset, ref.row))
+                )
+        uniform = {g for g in groups if _uniform(groups[g])} if self.dynamic else set()
         candidates = [g for g in groups if g not in uniform]
         sel = select_groups(candidates, trainer_version=b, accept=cfg.staleness.accept, need=B)
         groups_in = [groups[g] for g in sel.accepted]
         tokens, valid, mask, logp, rewards, rsum, rcount, excluded, gen_tokens = _fill_arrays(
-            groups_in, (B, G, P, R)
+            groups_in, (B, G, P, R), self.tokenizer.pad_id
         )
         if len(sel.accepted) < B:
             # a short batch (dynamic sampling ran out of budget) keeps its fixed shape: the empty
             # slots hold a prompt of the batch with no response, no loss mask and rewards 0, so
             # they contribute nothing (like a zero-advantage group in plain GRPO)
-            if sel.accepted:
-                ids = groups[sel.accepted[0]][0]
-            else:
-                ref = WorkUnit.from_dict(payloads[0]["unit"]).prompts[0]
-                ids = encode(self._prompt(ref.dataset, ref.row).text)
+            ids = groups[sel.accepted[0] if sel.accepted else next(iter(groups))].prompt_ids
             tokens[len(sel.accepted) :, :, P - len(ids) : P] = ids
             valid[len(sel.accepted) :, :, P - len(ids) : P] = True
         batch = TrainBatch.rl(
@@ -651,27 +655,23 @@ class Driver:
             "groups": len(sel.accepted),
             "staleness": b - min((g.version for g in sel.accepted), default=b),
             "gen_tokens": gen_tokens,
-            "prompt_ids": [names[g] for g in sel.accepted],
+            "prompt_ids": [groups[g].prompt for g in sel.accepted],
         }
         return batch, info
 
     def _refill(
-        self, b: int, payloads: list[dict[str, Any]], gen_pools: list[ThreadPoolExecutor]
+        self, b: int, records: list[RolloutUnit], gen_pools: list[ThreadPoolExecutor]
     ) -> dict[str, Any]:
         """DAPO dynamic sampling for batch b: while fewer than B groups are informative (rewards
         not all equal), generate refill rounds (prompts a pure function of (b, round, slot), so a
         resume draws the same ones and finds them in the rollout log) within the budget. Appends
-        the refill payloads to `payloads`; returns the refill cost for the metrics."""
-        B, G = self.cfg.batch.prompts, self.cfg.batch.group_size
+        the refill records to `records`; returns the refill cost for the metrics."""
+        B = self.cfg.batch.prompts
 
-        def informative(pays: list[dict[str, Any]]) -> int:
-            n = 0
-            for pay in pays:
-                samples = pay["samples"]
-                n += sum(not _all_equal(samples[i : i + G]) for i in range(0, len(samples), G))
-            return n
+        def informative(recs: list[RolloutUnit]) -> int:
+            return sum(not _uniform(g) for rec in recs for g in rec.groups)
 
-        kept, used, rounds, gen_tokens = informative(payloads), 0, 0, 0
+        kept, used, rounds, gen_tokens = informative(records), 0, 0, 0
         for r in range(1, self.cfg.dynamic_sampling.max_rounds + 1):
             count = refill_count(B - kept, used, self.refill_budget)
             if count == 0:
@@ -679,11 +679,11 @@ class Driver:
             units = self.schedule.refill_units(b, r, count)
             runs = [gen_pools[self._worker_of(u)].submit(self.run_unit, u) for u in units]
             extra = [f.result() for f in runs]
-            payloads.extend(extra)
+            records.extend(extra)
             kept += informative(extra)
             used += count
             rounds += 1
-            gen_tokens += sum(int(p.get("generated_tokens", 0)) for p in extra)
+            gen_tokens += sum(rec.generated_tokens for rec in extra)
         return {"refill_prompts": used, "refill_rounds": rounds, "refill_gen_tokens": gen_tokens}
 
     # --- evaluation -------------------------------------------------------------------------
@@ -693,12 +693,14 @@ class Driver:
             return None
         correct, total = 0, 0
         for ds in self.eval_sets:
+            rows = self.eval_ids.fitting(ds.name)
             n = (
-                len(ds)
+                len(rows)
                 if not self.cfg.eval.max_prompts
-                else min(len(ds), self.cfg.eval.max_prompts)
+                else min(len(rows), self.cfg.eval.max_prompts)
             )
-            prompts = [ds.prompt(r) for r in range(n)]
+            rows = rows[:n]
+            prompts = [ds.prompt(r) for r in rows]
             per = -(-n // len(self.workers))
             chunks = [prompts[i : i + per] for i in range(0, n, per)]
 
@@ -706,15 +708,16 @@ class Driver:
                 unit = GenUnit(
                     unit_id=f"eval.v{version}.{name}.{k}",
                     version=version,
-                    prompts=tuple(tuple(encode(p.text)) for p in chunk),
+                    prompts=tuple(self.eval_ids.ids(name, p.row) for p in chunk),
                     samples_per_prompt=1,
                     sampling=Sampling(greedy=True),
                     seeds=tuple(range(len(chunk))),
                     max_new_tokens=self.R,
-                    stop_token_ids=(EOS,),
+                    stop_token_ids=self.tokenizer.stop_ids,
                 )
                 res = self._generate(k, unit)
-                verdicts = self._verify_rollouts(unit.unit_id, chunk, res.rollouts, k)
+                texts = self._decode(res.rollouts)
+                verdicts = self._verify_rollouts(unit.unit_id, chunk, texts, k)
                 return sum(1 for v in verdicts if (v.score or 0) >= 1.0)
 
             with ThreadPoolExecutor(len(chunks)) as pool:
@@ -736,29 +739,25 @@ class Driver:
         records: list[dict[str, Any]] = []
         try:
             self._start_services()
-            src = {"hf_dir": cfg.model.path} if cfg.model.path else {"builtin": cfg.model.tiny}
-            self._call(lambda: self.trainer.init(seed=cfg.seed, **src), "trainer init")
+            self._call(
+                lambda: self.trainer.init(seed=cfg.seed, hf_dir=cfg.model.path), "trainer init"
+            )
             s = cfg.sampling
             sampling = Sampling(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
             for d, ds in enumerate(cfg.datasets):
                 data = self.datasets[ds.name]
-                n = len(data) if not limit else min(limit, len(data))
-                chunks = [list(range(i, min(i + per, n))) for i in range(0, n, per)]
+                fitting = self.prompt_ids.fitting(data.name)
+                n = len(fitting) if not limit else min(limit, len(fitting))
+                chunks = [fitting[i : i + per] for i in range(0, n, per)]
 
                 def one(
                     k: int, rows: list[int], data: Dataset = data, d: int = d
                 ) -> list[tuple[float, int]]:
                     prompts = [data.prompt(r) for r in rows]
-                    ids = [encode(p.text) for p in prompts]
-                    for r, x in zip(rows, ids, strict=True):
-                        if len(x) > self.P:
-                            raise RlxError(
-                                f"{data.name} row {r}: {len(x)} tokens > batch.max_prompt_tokens"
-                            )
                     unit = GenUnit(
                         unit_id=f"prefilter.{data.name}.{k}",
                         version=0,
-                        prompts=tuple(tuple(x) for x in ids),
+                        prompts=tuple(self._ids(data.name, r) for r in rows),
                         samples_per_prompt=G,
                         sampling=sampling,
                         seeds=tuple(
@@ -767,10 +766,11 @@ class Driver:
                             for g in range(G)
                         ),
                         max_new_tokens=self.R,
-                        stop_token_ids=(EOS,),
+                        stop_token_ids=self.tokenizer.stop_ids,
                     )
                     res = self._generate(k % len(self.workers), unit)
-                    verdicts = self._verify_rollouts(unit.unit_id, prompts, res.rollouts, k)
+                    texts = self._decode(res.rollouts)
+                    verdicts = self._verify_rollouts(unit.unit_id, prompts, texts, k)
                     rates: list[tuple[float, int]] = []
                     for i in range(len(rows)):
                         scored = [v for v in verdicts[i * G : (i + 1) * G] if not v.excluded]
@@ -938,7 +938,12 @@ class Driver:
                     f"{self.run_dir} already holds a run: `rlx resume {self.run_dir}` continues it"
                 )
             self.run_id = uuid.uuid4().hex[:12]
-            info = {"run_id": self.run_id, "config_hash": self.hash}
+            info = {
+                "run_id": self.run_id,
+                "config_hash": self.hash,
+                # the chat template's "today" (strftime_now) for every start of this run
+                "chat_date": self.tokenizer.now.isoformat(),
+            }
             self.storage.put(RUN_INFO, json.dumps(info).encode())
         if self._uploads is not None:
             # resumed: continue the uploaded metrics, which hold every step up to the newest
@@ -1059,8 +1064,9 @@ class Driver:
         else:
             if snap is not None:
                 self.log(f"resuming from snapshot at step {snap.step} (no checkpoint: from step 0)")
-            src = {"hf_dir": cfg.model.path} if cfg.model.path else {"builtin": cfg.model.tiny}
-            self._call(lambda: self.trainer.init(seed=cfg.seed, **src), "trainer init")
+            self._call(
+                lambda: self.trainer.init(seed=cfg.seed, hf_dir=cfg.model.path), "trainer init"
+            )
             step = 0
         replay_until = snap.step if snap is not None else 0
         self._checkpoints = {}
@@ -1079,7 +1085,7 @@ class Driver:
             totals["heldout_before"] = before
         after: float | None = totals.get("heldout_last")
         nworkers = max(1, len(self.workers))
-        futures: dict[str, Future[dict[str, Any]]] = {}
+        futures: dict[str, Future[RolloutUnit]] = {}
         plans: dict[int, list[WorkUnit]] = {}
         # one generation thread and queue per worker, so a worker's next unit starts the moment
         # its current one ends (from one shared pool a freed thread took the next unit in
@@ -1093,7 +1099,7 @@ class Driver:
         )
         dispatched = step - 1
         # batch b+1's rollouts are gathered, refilled and built on this thread while batch b
-        # trains (a pure function of its logged payloads, so where it runs changes nothing)
+        # trains (a pure function of its logged records, so where it runs changes nothing)
         prep_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch")
         prepared: dict[int, Future[tuple[TrainBatch, dict[str, Any], dict[str, Any]]]] = {}
         halt = threading.Event()  # the loop ended: a batch being gathered stops waiting
@@ -1101,17 +1107,17 @@ class Driver:
         def prepare(b: int) -> tuple[TrainBatch, dict[str, Any], dict[str, Any]]:
             """Batch b from its units' scored rollouts (waiting for them), after dynamic
             sampling's refills."""
-            payloads = []
+            records = []
             for u in plans[b]:
                 while True:
                     try:
-                        payloads.append(futures[u.unit_id].result(timeout=0.5))
+                        records.append(futures[u.unit_id].result(timeout=0.5))
                         break
                     except TimeoutError:
                         if self._stop.is_set() or halt.is_set():
                             raise Stop from None
-            refill = self._refill(b, payloads, gen_pools) if self.dynamic else {}
-            batch, info = self.build_batch(b, payloads)
+            refill = self._refill(b, records, gen_pools) if self.dynamic else {}
+            batch, info = self.build_batch(b, records)
             return batch, info, refill
 
         def dispatch(newest_version: int) -> None:

@@ -4,67 +4,65 @@ One record per work unit, at `<prefix>/<unit_id>.rec`, written with one atomic p
 temporary name then rename; S3/GCS: a single object upload), so the log works the same on every
 backend and needs no append operation. Each record checks itself:
 
-    RLXROLL1 <sha256 of payload> <payload length>\\n<payload: canonical JSON>
+    RLXROLL2 <sha256 of payload> <payload length>\\n<payload: RolloutUnit.to_bytes(), protobuf>
 
-A record that fails that check (torn by a crash on a filesystem without atomic rename, truncated
+Records of the first format, `RLXROLL1` with a canonical-JSON payload (log-probs as base64 of
+float32, or a JSON list before that), are still read, into the same `RolloutUnit`, so a run
+logged before the change resumes; only RLXROLL2 is written.
+
+A record that fails its check (torn by a crash on a filesystem without atomic rename, truncated
 or edited by hand) reads as missing: it is reported in `torn`, and the unit is regenerated and
 written again. Appending a unit that is already logged with a valid record is a no-op that
-returns the logged payload (idempotent by unit id), so a resumed run reuses what was logged and
+returns the logged record (idempotent by unit id), so a resumed run reuses what was logged and
 regenerates only what was lost.
 
     log = RolloutLog(open_storage(run_dir))
-    stored = log.append("b00000012.r0.u0000", {"unit": ..., "samples": [...]})
-    log.get("b00000012.r0.u0000")      # the payload, or None when missing or torn
+    stored = log.append(record)         # a RolloutUnit; its unit_id names the record
+    log.get("b00000012.r0.u0000")      # the RolloutUnit, or None when missing or torn
     log.scan()                         # LogScan(valid=[...], torn=[...])
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlx_core.errors import AlreadyExists, InvalidArgument, NotFound
+import numpy as np
+
+from rlx_controller.schedule import WorkUnit
+from rlx_core.errors import AlreadyExists, Corrupt, InvalidArgument, NotFound, RlxError
+from rlx_core.rollout import RolloutGroup, RolloutSample, RolloutUnit
 from rlx_core.storage import Storage
 
 __all__ = ["LogScan", "RolloutLog", "decode_record", "encode_record"]
 
 log = logging.getLogger(__name__)
 
-_MAGIC = b"RLXROLL1"
+_MAGIC = b"RLXROLL2"
+_MAGIC_JSON = b"RLXROLL1"  # read only: the first format, canonical JSON
 _SUFFIX = ".rec"
 _UNIT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def _canonical(payload: Mapping[str, Any]) -> bytes:
-    try:
-        return json.dumps(
-            payload, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False
-        ).encode()
-    except (TypeError, ValueError) as e:
-        raise InvalidArgument(f"rollout payload is not JSON-serialisable: {e}") from None
+def _frame(magic: bytes, body: bytes) -> bytes:
+    return magic + f" {hashlib.sha256(body).hexdigest()} {len(body)}\n".encode() + body
 
 
-def _frame(body: bytes) -> bytes:
-    return _MAGIC + f" {hashlib.sha256(body).hexdigest()} {len(body)}\n".encode() + body
-
-
-def encode_record(payload: Mapping[str, Any]) -> bytes:
+def encode_record(record: RolloutUnit) -> bytes:
     """The bytes of one self-checking record."""
-    return _frame(_canonical(payload))
+    return _frame(_MAGIC, record.to_bytes())
 
 
-def decode_record(data: bytes) -> dict[str, Any] | None:
-    """The payload of a record, or None when the record is torn, truncated or altered."""
+def _checked(data: bytes) -> tuple[bytes, bytes] | None:
+    """(magic, body) of a record whose frame checks, else None."""
     head, sep, body = data.partition(b"\n")
-    if not sep:
-        return None
     parts = head.split(b" ")
-    if len(parts) != 3 or parts[0] != _MAGIC:
+    if not sep or len(parts) != 3 or parts[0] not in (_MAGIC, _MAGIC_JSON):
         return None
     try:
         length = int(parts[2])
@@ -72,11 +70,70 @@ def decode_record(data: bytes) -> dict[str, Any] | None:
         return None
     if len(body) != length or hashlib.sha256(body).hexdigest().encode() != parts[1]:
         return None
-    try:
-        payload = json.loads(body)
-    except ValueError:
+    return parts[0], body
+
+
+def decode_record(data: bytes) -> RolloutUnit | None:
+    """The record in `data` (either format), or None when it is torn, truncated or altered."""
+    checked = _checked(data)
+    if checked is None:
         return None
-    return payload if isinstance(payload, dict) else None
+    magic, body = checked
+    try:
+        if magic == _MAGIC:
+            return RolloutUnit.from_bytes(body)
+        return _from_json(json.loads(body))
+    except (Corrupt, ValueError):
+        return None
+
+
+def _from_json(payload: Any) -> RolloutUnit:
+    """The record of an RLXROLL1 payload: {"unit", "version", "generated_tokens", "samples":
+    [{"tokens", "logp_f32" (base64 of float32) or "logp" (list), "finish", "status", "reward",
+    "text"?}], "prompt_ids"?}, samples prompt-major. ValueError when it is not one."""
+    try:
+        unit = WorkUnit.from_dict(payload["unit"])
+        samples = payload["samples"]
+        P = len(unit.prompts)
+        if not P or len(samples) % P:
+            raise ValueError(f"{len(samples)} samples for {P} prompts")
+        G = len(samples) // P
+        prompt_ids = payload.get("prompt_ids") or [()] * P
+        version = int(payload["version"])
+        groups = tuple(
+            RolloutGroup(
+                prompt=ref.id,
+                prompt_ids=tuple(prompt_ids[p]),
+                version=version,
+                samples=tuple(_sample_from_json(s) for s in samples[p * G : (p + 1) * G]),
+            )
+            for p, ref in enumerate(unit.prompts)
+        )
+        return RolloutUnit(
+            unit=payload["unit"],
+            version=version,
+            generated_tokens=int(payload["generated_tokens"]),
+            groups=groups,
+        )
+    except (KeyError, TypeError, IndexError, RlxError) as e:
+        raise ValueError(f"not an RLXROLL1 payload: {e!r}") from None
+
+
+def _sample_from_json(s: dict[str, Any]) -> RolloutSample:
+    packed = s.get("logp_f32")
+    if packed is not None:
+        logp = base64.b64decode(packed, validate=True)
+    else:
+        logp = np.asarray(s["logp"], "<f4").tobytes()
+    reward = s["reward"]
+    return RolloutSample(
+        tokens=tuple(s["tokens"]),
+        logp_f32=logp,
+        finish=str(s["finish"]),
+        text=str(s.get("text", "")),
+        status=str(s["status"]),
+        reward=None if reward is None else float(reward),
+    )
 
 
 @dataclass(frozen=True)
@@ -113,14 +170,16 @@ class RolloutLog:
             raise InvalidArgument(f"bad work-unit id {unit_id!r}")
         return f"{self.prefix}/{unit_id}{_SUFFIX}"
 
-    def _read(self, unit_id: str) -> tuple[bool, dict[str, Any] | None]:
-        """(present, payload): present but payload None means torn."""
+    def _read(self, unit_id: str) -> tuple[bool, RolloutUnit | None]:
+        """(present, record): present but record None means torn."""
         try:
             data = self.storage.get(self._key(unit_id))
         except NotFound:
             return False, None
-        payload = decode_record(data)
-        if payload is None:
+        record = decode_record(data)
+        if record is not None and record.unit_id != unit_id:
+            record = None  # a record copied under another unit's name
+        if record is None:
             if unit_id not in self.torn:
                 log.warning(
                     "rollout log: %s is torn or corrupt (%d bytes); the unit will be regenerated",
@@ -128,31 +187,29 @@ class RolloutLog:
                     len(data),
                 )
             self.torn.add(unit_id)
-        return True, payload
+        return True, record
 
-    def get(self, unit_id: str) -> dict[str, Any] | None:
-        """The logged payload of `unit_id`, or None if it is not logged or its record is torn."""
+    def get(self, unit_id: str) -> RolloutUnit | None:
+        """The logged record of `unit_id`, or None if it is not logged or its record is torn."""
         return self._read(unit_id)[1]
 
     def contains(self, unit_id: str) -> bool:
         """Whether `unit_id` has a valid record."""
         return self.get(unit_id) is not None
 
-    def append(
-        self, unit_id: str, payload: Mapping[str, Any], *, known_absent: bool = False
-    ) -> dict[str, Any]:
-        """Log `payload` for `unit_id` and return what the log holds for it.
+    def append(self, record: RolloutUnit, *, known_absent: bool = False) -> RolloutUnit:
+        """Log `record` under its unit id and return what the log holds for that unit.
 
-        Idempotent: if a valid record exists, nothing is written and the logged payload is
+        Idempotent: if a valid record exists, nothing is written and the logged record is
         returned (a resumed run trains on what it logged before). A torn record is replaced.
-        `append_strict` also checks that an existing record equals `payload`.
+        `append_strict` also checks that an existing record equals `record`.
 
         `known_absent=True` (the only writer has just looked the unit up and found no valid
-        record) skips the second read and returns `payload` itself, which must then be
-        JSON-native (dicts with str keys, lists, str, int, float, bool, None: what reading the
-        record back gives, value for value); otherwise a freshly written payload is returned
-        decoded from the record's own body, without re-reading storage.
+        record) skips the read before the write. A freshly written record is returned as given:
+        records are immutable and decode to what was encoded, value for value.
         """
+        unit_id = record.unit_id
+        key = self._key(unit_id)
         present = False
         if not known_absent:
             present, existing = self._read(unit_id)
@@ -160,27 +217,23 @@ class RolloutLog:
                 return existing
         elif unit_id in self.torn:
             present = True
-        body = _canonical(payload)
-        self.storage.put(self._key(unit_id), _frame(body))
+        self.storage.put(key, encode_record(record))
         if self._ids is not None:
             self._ids.add(unit_id)
             self._last = max(self._last, unit_id)
         if present:
             log.warning("rollout log: rewrote torn record %s", unit_id)
             self.torn.discard(unit_id)
-        if known_absent:  # the writer's own fresh payload, JSON-native: what a read would give
-            return dict(payload)
-        result: dict[str, Any] = json.loads(body)
-        return result
+        return record
 
-    def append_strict(self, unit_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """`append`, but AlreadyExists when a valid record differs from `payload` (for checking
+    def append_strict(self, record: RolloutUnit) -> RolloutUnit:
+        """`append`, but AlreadyExists when a valid record differs from `record` (for checking
         that regenerated work is bit-identical to what was logged)."""
-        stored = self.append(unit_id, payload)
-        if _canonical(stored) != _canonical(payload):
+        stored = self.append(record)
+        if stored != record:
             raise AlreadyExists(
-                f"rollout log: {self.storage.key_uri(self._key(unit_id))} holds a different "
-                "payload for this work unit"
+                f"rollout log: {self.storage.key_uri(self._key(record.unit_id))} holds a "
+                "different record for this work unit"
             )
         return stored
 
