@@ -47,6 +47,7 @@ def test_help_lists_only_working_commands_and_loads_no_jax() -> None:
         " status ",
         " down ",
         " snapshot ",
+        " rollouts ",
         " verifier ",
         " prefilter ",
         " provision ",

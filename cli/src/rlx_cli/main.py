@@ -26,6 +26,7 @@ from rlx_cli.plot_cmd import register as register_plot
 from rlx_cli.prefilter_cmd import prefilter
 from rlx_cli.provision_cmd import provision_app
 from rlx_cli.ps_cmd import ps_app
+from rlx_cli.rollouts_cmd import rollouts_app
 from rlx_cli.snapshot_cmd import snapshot_app
 from rlx_cli.up_cmd import register as register_up
 from rlx_cli.verifier_cmd import verifier_app
@@ -73,6 +74,7 @@ app.add_typer(model_app, name="model")
 app.add_typer(ps_app, name="ps")
 app.add_typer(provision_app, name="provision")
 app.add_typer(snapshot_app, name="snapshot")
+app.add_typer(rollouts_app, name="rollouts")
 register_up(app)
 register_plot(app)
 register_export(app)
