@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from up_helpers import CLI, steps_done
+from up_helpers import CLI, consumed, steps_done
 
 from rlx_controller.rollout_log import RolloutLog
 from rlx_core.storage import open_storage
@@ -114,15 +114,6 @@ def _summary(run: Path) -> dict[str, Any]:
     return dict(json.loads((run / "summary.json").read_text()))
 
 
-def _consumed(run: Path) -> list[list[str]]:
-    by_step: dict[int, list[str]] = {}
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if "prompt_ids" in rec:
-            by_step[rec["step"]] = rec["prompt_ids"]
-    return [by_step[s] for s in sorted(by_step)]
-
-
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(900)
@@ -177,4 +168,4 @@ def test_a_qwen2_checkpoint_on_gsm8k_through_rlx_up(tmp_path: Path) -> None:
     )
     assert resumed.returncode == 0, resumed.stdout.decode(errors="replace")
     assert _summary(killed)["params_hash"] == _summary(clean)["params_hash"]
-    assert _consumed(killed) == _consumed(clean)
+    assert consumed(killed) == consumed(clean)

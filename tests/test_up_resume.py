@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from up_helpers import CLI, STEPS, small_sets, steps_done
+from up_helpers import CLI, STEPS, consumed, small_sets, steps_done
 
 from rlx_controller.metrics import read_uploaded
 from rlx_controller.providers.local import read_services
@@ -45,16 +45,6 @@ def _wait_step(run_dir: Path, step: int, proc: subprocess.Popen[bytes]) -> None:
         assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")
         assert time.monotonic() < deadline, f"step {step} not reached"
         time.sleep(0.05)
-
-
-def _consumed(run_dir: Path) -> list[list[str]]:
-    """Per step (the last record of each step wins: a resumed run trains some steps again)."""
-    by_step: dict[int, list[str]] = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if "prompt_ids" in rec:
-            by_step[rec["step"]] = rec["prompt_ids"]
-    return [by_step[s] for s in sorted(by_step)]
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
@@ -129,7 +119,7 @@ def test_resume_after_sigkills_equals_an_uninterrupted_run(
     assert resumed.returncode == 0, text
     assert f"finished at step {STEPS}" in text
     assert _summary(run)["params_hash"] == reference["params_hash"]
-    assert _consumed(work) == _consumed(clean)  # a remote run's steps before the kill came from S3
+    assert consumed(work) == consumed(clean)  # a remote run's steps before the kill came from S3
     if remote:
         uploaded = read_uploaded(open_storage(str(run)))
         assert uploaded == (work / "metrics.jsonl").read_bytes()

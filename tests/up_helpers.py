@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["CLI", "SMALL", "STEPS", "small_sets", "steps_done"]
+__all__ = ["CLI", "SMALL", "STEPS", "consumed", "small_sets", "steps_done"]
 
 # `rlx` in a new process, from this interpreter's environment
 CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
@@ -42,3 +42,14 @@ def steps_done(work: Path) -> int:
         except (ValueError, KeyError):
             continue
     return done
+
+
+def consumed(run_dir: Path) -> list[list[str]]:
+    """The prompt ids each step trained on, per step, from `run_dir/metrics.jsonl` (the last
+    record of a step wins: a resumed run trains some steps again)."""
+    by_step: dict[int, list[str]] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if "prompt_ids" in rec:
+            by_step[rec["step"]] = rec["prompt_ids"]
+    return [by_step[s] for s in sorted(by_step)]
