@@ -20,8 +20,19 @@ import pytest
 from up_helpers import STEPS, small_sets
 
 # the (j, k) of test_up_resume's runs, so the uninterrupted references are shared (clean_run)
-LOCKSTEP = ("staleness.reload=1", "staleness.accept=1", "dynamic_sampling.enabled=false")
-DYNAMIC = ("staleness.reload=2", "staleness.accept=4", "dynamic_sampling.enabled=true")
+# (lag 1: generation a step ahead of training, as the schedules below need; the demo runs lag 0)
+LOCKSTEP = (
+    "staleness.reload=1",
+    "staleness.accept=1",
+    "staleness.lag=1",
+    "dynamic_sampling.enabled=false",
+)
+DYNAMIC = (
+    "staleness.reload=2",
+    "staleness.accept=4",
+    "staleness.lag=1",
+    "dynamic_sampling.enabled=true",
+)
 
 
 def _args(extra: tuple[str, ...]) -> list[str]:

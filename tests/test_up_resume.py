@@ -70,7 +70,8 @@ def test_resume_after_sigkills_equals_an_uninterrupted_run(
     remote: bool,
     clean_run: Callable[[tuple[str, ...]], Path],
 ) -> None:
-    extra = [f"staleness.reload={reload}", f"staleness.accept={accept}"]
+    # lag 1: generation runs a step ahead of training (the demo itself runs lockstep, lag 0)
+    extra = [f"staleness.reload={reload}", f"staleness.accept={accept}", "staleness.lag=1"]
     # (2, 4) also runs DAPO dynamic sampling: refills must replay exactly too
     extra.append(f"dynamic_sampling.enabled={'true' if dynamic else 'false'}")
     rng = random.Random(reload * 100 + accept)

@@ -141,7 +141,7 @@ def demo_config(run_dir: str, data_dir: str | Path, base_model: str | Path) -> R
     """The built-in demo's run config (`rlx up` without a config): the addition task's JSONL
     files in `data_dir` (written by `write_addition_jsonl(data_dir, DEMO_TASK)`), the SFT base
     model directory `base_model` (tools/demo/base_model), GRPO without KL, B 32, G 8,
-    (j, k) = (1, 1). `data_dir` may be a URI (s3://, gs://) holding those files.
+    (j, k) = (1, 1) in lockstep (lag 0). `data_dir` may be a URI (s3://, gs://) holding those files.
     max_prompt_tokens and max_new_tokens are what the base model's tokenizer makes of the
     task: a rendered prompt's ids, and the longest answer's digits then `<|im_end|>`."""
     prompt_tokens, new_tokens = demo_token_counts(load_tokenizer(os.fspath(base_model)), DEMO_TASK)
@@ -175,6 +175,10 @@ clip_norm = 1.0
 [staleness]
 reload = 1
 accept = 1
+# on-policy lockstep: batch b is generated with version b. With lag 1 (the default for (1, 1))
+# batch b comes from version b - 1 and, π_old being the params at the step's start, trains
+# uncorrected: measured 0.516 -> 0.866 in 600 steps against 0.968 at lag 0, both 158 s here
+lag = 0
 
 [batch]
 prompts = 32
