@@ -128,7 +128,7 @@ def test_demo_config_loads_its_data(tmp_path: Path) -> None:
     check_run_inputs(cfg)
     assert cfg.model.path == str(base_model_dir())
     assert (cfg.batch.prompts, cfg.batch.group_size) == (32, 8)
-    assert cfg.staleness.max_staleness == 1
+    assert cfg.staleness.max_staleness == 0  # lockstep: batch b from version b
     # <|im_start|> user \n 9 9 + 9 9 = <|im_end|> \n <|im_start|> assistant \n; 1 9 8 <|im_end|>
     assert (cfg.batch.max_prompt_tokens, cfg.batch.max_new_tokens) == (14, 4)
     heldout = load_dataset(cfg.eval.datasets[0])

@@ -21,6 +21,8 @@ from rlx_core.errors import PermissionDenied
 # a run of VMs only would have no trainer: the tests of ComputeApi alone take the plan's VMs
 CONFIG = """
 run_dir = "gs://bucket/runs/cpu"
+[model]
+path = "/models/qwen"
 [[datasets]]
 name = "d"
 path = "d.jsonl"

@@ -24,6 +24,8 @@ from rlx_core.errors import Cancelled, ConfigError, DeadlineExceeded
 
 BASE = """
 run_dir = "gs://bucket/runs/Math_Qwen"
+[model]
+path = "/models/qwen"
 [[datasets]]
 name = "d"
 path = "d.jsonl"
