@@ -46,14 +46,14 @@ from rlx_trainer.objective import ObjectiveBatch, preset  # noqa: E402
 BASE_MODEL = ROOT / "tools" / "demo" / "base_model"
 # The demo's RL settings (rlx_controller's built-in demo config uses the same).
 B, G = 32, 8
-LR = 2e-4
+LR = 5e-4
 TEMPERATURE = 1.0
 PRESET = "grpo"
 BETA = 0.0
 MINIBATCHES = 1  # optimizer updates per batch (each on B / MINIBATCHES prompts)
 EPOCHS = 1  # passes over the batch
 WARMUP = 25  # steps of linear learning-rate warmup
-DECAY_STEPS = 800  # optimizer updates of cosine decay after warmup; 0 = constant
+DECAY_STEPS = 600  # optimizer updates of cosine decay after warmup; 0 = constant
 CLIP_NORM = 1.0  # global gradient-norm clip (the trainer's default)
 
 
