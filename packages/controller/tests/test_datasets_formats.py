@@ -334,7 +334,8 @@ def test_bad_prompt_fields(tmp_path: Path) -> None:
     ],
 )
 def test_config_combinations(extra: str, field: str, message: str) -> None:
-    text = f'run_dir = "r"\n[model]\npath = "m"\n[[datasets]]\nname = "a"\npath = "a.jsonl"\n{extra}\n'
+    head = 'run_dir = "r"\n[model]\npath = "m"\n'
+    text = f'{head}[[datasets]]\nname = "a"\npath = "a.jsonl"\n{extra}\n'
     with pytest.raises(ConfigError, match=message) as info:
         loads_run_config(text)
     assert info.value.field == f"datasets[0].{field}"
@@ -345,5 +346,7 @@ def test_format_from_the_extension_or_the_field() -> None:
     assert DatasetConfig(name="a", path="gs://b/x.jsonl.gz").file_format == "jsonl"
     assert DatasetConfig(name="a", path="x.data", format="parquet").file_format == "parquet"
     with pytest.raises(ConfigError, match="cannot tell the format") as info:
-        loads_run_config('run_dir = "r"\n[model]\npath = "m"\n[[datasets]]\nname = "a"\npath = "a.json"\n')
+        loads_run_config(
+            'run_dir = "r"\n[model]\npath = "m"\n[[datasets]]\nname = "a"\npath = "a.json"\n'
+        )
     assert info.value.field == "datasets[0].path"
