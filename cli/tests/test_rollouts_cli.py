@@ -83,8 +83,8 @@ def _unit(tok: Tokenizer, batch: int, round: int, index: int, rows: tuple[int, .
 
 @pytest.fixture
 def run(tmp_path: Path, tok: Tokenizer) -> Path:
-    """A run whose log holds step 0 (two units of one prompt) and step 1 (a unit of two
-    prompts, and a refill unit)."""
+    """A run whose log holds batch 0 (two units of one prompt: training step 1's) and batch 1 (a
+    unit of two prompts, and a refill unit: step 2's)."""
     run = tmp_path / "run"
     storage = open_storage(run)
     storage.put("config.toml", _config(run, QWEN2).encode())
@@ -106,13 +106,14 @@ def _json_rows(args: list[str]) -> list[dict[str, Any]]:
 
 
 def test_json_rows_of_a_step_with_the_prompt_as_the_model_saw_it(run: Path, tok: Tokenizer) -> None:
-    rows = _json_rows([str(run), "--step", "0", "--limit", "3"])
+    rows = _json_rows([str(run), "--step", "1", "--limit", "3"])
     rendered = tok.render([{"role": "user", "content": QUESTIONS[3]}])
     assert rendered.startswith("<|im_start|>")  # the chat template's markers, kept
     ids = tok.prompt_ids([{"role": "user", "content": QUESTIONS[3]}])
     answer_ids = tok.encode("The answer is 5.", add_special_tokens=False)
     eos = tok.stop_ids[0]
-    common = {"step": 0, "unit_id": "b00000000.r0.u0000", "round": 0, "version": 0}
+    # step 1 trains batch 0 (metrics.jsonl's numbering)
+    common = {"step": 1, "batch": 0, "unit_id": "b00000000.r0.u0000", "round": 0, "version": 0}
     assert rows[0] == {
         **common,
         "prompt_id": "gsm8k/3",
@@ -159,17 +160,17 @@ def test_the_newest_step_is_the_default_refills_included(run: Path) -> None:
         ("b00000001.r1.u0000", "gsm8k/3", 0),
         ("b00000001.r1.u0000", "gsm8k/3", 1),
     ]
-    assert {r["step"] for r in rows} == {1} and {r["version"] for r in rows} == {1}
+    assert {r["step"] for r in rows} == {2} and {r["version"] for r in rows} == {1}
     assert len(_json_rows([str(run)])) == 6  # the default limit, 8, holds the whole step
 
 
 def test_the_table_shows_prompt_response_and_verdicts(run: Path) -> None:
     result = runner.invoke(
-        app, ["rollouts", "show", str(run), "--step", "1"], env={"COLUMNS": "200"}
+        app, ["rollouts", "show", str(run), "--step", "2"], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "step 1 of" in out and "2 work units logged" in out and "6 samples shown" in out
+    assert "step 2 of" in out and "2 work units logged" in out and "6 samples shown" in out
     assert "gsm8k/8  version 1  b00000001.r0.u0000" in out
     assert "<|im_start|>user" in out and QUESTIONS[8] in out and "<|im_start|>assistant" in out
     assert "The answer is 10." in out and "The answer is 5." in out
@@ -215,7 +216,7 @@ def test_a_run_without_rollouts_is_an_error(tmp_path: Path) -> None:
 
 def test_a_step_without_rollouts_and_a_missing_run_are_errors(run: Path, tmp_path: Path) -> None:
     assert _error([str(run), "--step", "7"]) == (
-        f"rlx: NotFound: {run}: no rollouts of step 7 logged (2 steps logged, 0 to 1)"
+        f"rlx: NotFound: {run}: no rollouts of step 7 logged (2 steps logged, 1 to 2)"
     )
     missing = tmp_path / "nothing"
     assert _error([str(missing)]) == f"rlx: NotFound: {missing}: no such run (no config.toml there)"
@@ -228,7 +229,7 @@ def test_a_run_on_s3(new_root: Any, tok: Tokenizer) -> None:
     RolloutLog(storage).append(_unit(tok, 4, 0, 0, (3,)))
     rows = _json_rows([root])
     assert [(r["step"], r["unit_id"], r["reward"]) for r in rows] == [
-        (4, "b00000004.r0.u0000", 1.0),
-        (4, "b00000004.r0.u0000", None),
+        (5, "b00000004.r0.u0000", 1.0),
+        (5, "b00000004.r0.u0000", None),
     ]
     assert rows[0]["prompt"] == tok.render([{"role": "user", "content": QUESTIONS[3]}])

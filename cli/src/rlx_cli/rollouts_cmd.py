@@ -2,8 +2,10 @@
 response was scored, read from its rollout log.
 
 RUN is the run directory (a path, file://, s3://bucket/prefix or gs://bucket/prefix). The log
-holds one record per work unit; `show` reads the units of training step N's batch (default: the
-newest batch logged; dynamic-sampling refills included) in unit order, and prints up to K
+holds one record per work unit; `show` reads the units of the batch training step N trained on
+(steps count from 1, as in metrics.jsonl, `rlx status` and `rlx plot`: step N trains batch
+N - 1, whose unit ids are `b<N-1>...`; default: the newest batch logged; dynamic-sampling refills
+included) in unit order, and prints up to K
 samples: for each prompt its id, the weight version it was generated with and the prompt as the
 model saw it (its logged ids decoded with the run's tokenizer, special tokens kept, so the chat
 template shows), then each sample's reward, verdict, finish reason, length and response text.
@@ -70,7 +72,8 @@ def _samples(log: Any, unit_ids: list[str], tok: Any) -> Iterator[dict[str, Any]
                 )
             for g, s in enumerate(group.samples):
                 yield {
-                    "step": record.unit.get("batch"),
+                    "step": int(record.unit.get("batch", 0)) + 1,  # the step that trains it
+                    "batch": record.unit.get("batch"),
                     "unit_id": unit_id,
                     "round": record.unit.get("round"),
                     "prompt_id": group.prompt,
@@ -132,7 +135,11 @@ def _print_tables(console: Console, rows: list[dict[str, Any]]) -> None:
 def show(
     run: str = typer.Argument(..., help="Run directory: path, file://, s3:// or gs:// URI."),
     step: int | None = typer.Option(
-        None, "--step", min=0, help="Training step whose batch to show; default: the newest logged."
+        None,
+        "--step",
+        min=1,
+        help="Training step (from 1, as in metrics.jsonl) whose batch to show; default: the "
+        "newest logged.",
     ),
     limit: int = typer.Option(8, "--limit", min=1, help="Show at most this many samples."),
     json_output: bool = typer.Option(
@@ -152,7 +159,7 @@ def show(
     for unit_id in log.unit_ids():
         parsed = parse_unit_id(unit_id)
         if parsed is not None:
-            batches.setdefault(parsed[0], []).append(unit_id)
+            batches.setdefault(parsed[0] + 1, []).append(unit_id)  # by the step that trains it
     if not batches:
         raise NotFound(f"{paths.uri}: no rollouts logged yet (its rollouts/ holds no record)")
     if step is None:
