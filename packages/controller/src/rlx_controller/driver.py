@@ -746,9 +746,11 @@ class Driver:
             sampling = Sampling(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
             for d, ds in enumerate(cfg.datasets):
                 data = self.datasets[ds.name]
-                fitting = self.prompt_ids.fitting(data.name)
-                n = len(fitting) if not limit else min(limit, len(fitting))
-                chunks = [fitting[i : i + per] for i in range(0, n, per)]
+                # the first `limit` prompts that fit in max_prompt_tokens (all when 0)
+                todo = self.prompt_ids.fitting(data.name)
+                todo = todo[:limit] if limit else todo
+                n = len(todo)
+                chunks = [todo[i : i + per] for i in range(0, n, per)]
 
                 def one(
                     k: int, rows: list[int], data: Dataset = data, d: int = d
