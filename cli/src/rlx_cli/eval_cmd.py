@@ -1,0 +1,201 @@
+"""`rlx eval`: a checkpoint's figures on a config's eval datasets, through the same services.
+
+rlx eval                                          # the built-in demo's base model
+rlx eval --model DIR --samples 8                  # an HF checkpoint directory, pass@8
+rlx eval --run runs/r1 --step 600 --samples 8     # a run's trainer checkpoint (its config)
+rlx eval CONFIG.toml --model DIR --json --out samples.jsonl
+
+Per eval dataset: greedy accuracy, pass@1 and pass@k (the unbiased estimator of Chen et al.
+2021 over k sampled answers a prompt), avg@k, the mean response length, and the verdict counts
+(rlx_controller.evaluation). `--run` exports the checkpoint to a temporary HF directory first
+(as `rlx export` does) and removes it at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from rlx_core.errors import FailedPrecondition, InvalidArgument, NotFound
+
+if TYPE_CHECKING:
+    from rlx_controller.evaluation import EvalSample
+    from rlx_controller.run_config import RunConfig
+
+__all__ = ["eval_command", "register"]
+
+
+def _say(message: str) -> None:
+    """Progress: on stderr, so that --json's stdout stays one object."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _check_options(run: str | None, step: int | None, model: Path | None) -> None:
+    """The option combinations `rlx eval` refuses, each naming the option."""
+    if step is not None and run is None:
+        raise InvalidArgument("--step needs --run (the run whose checkpoint it names)")
+    if run is not None and model is not None:
+        raise InvalidArgument("give --run or --model, not both")
+    if model is not None and not (model / "config.json").is_file():
+        raise NotFound(f"--model {model}: no config.json there (an HF checkpoint directory)")
+
+
+def _run_config_text(run: str) -> str:
+    from rlx_controller.rundir import CONFIG_FILE, RunPaths, read_text
+
+    paths = RunPaths.of(run)
+    if not paths.storage.exists(CONFIG_FILE):
+        raise NotFound(f"--run {paths.uri}: no such run (no {CONFIG_FILE} there)")
+    return read_text(paths.storage, CONFIG_FILE)
+
+
+def _config(config: str | None, run: str | None, work: Path, overrides: list[str]) -> RunConfig:
+    """CONFIG; without it, the run's own config with --run, else the built-in demo's."""
+    from rlx_cli.up_cmd import _load_config, _paths
+    from rlx_controller.run_config import loads_run_config
+
+    if config is None and run is not None:
+        sets = (f"run_dir={work}", *overrides)
+        return loads_run_config(_run_config_text(run), overrides=sets)
+    return _load_config(config, _paths(work, None), overrides)
+
+
+def _run_base_model(run: str, cfg: RunConfig, config: str | None) -> str:
+    """The run's base model (`[model] path` of its config.toml; its tokenizer goes with the
+    export): `cfg`'s when cfg is the run's own config."""
+    from rlx_controller.run_config import loads_run_config
+
+    if config is None:
+        return cfg.model.path
+    return loads_run_config(_run_config_text(run)).model.path
+
+
+def _export(run: str, step: int | None, base: str, into: Path) -> tuple[Path, int]:
+    """RUN's trainer checkpoint of `step` (newest when None) as an HF directory in `into`, with
+    the tokenizer files of the run's base model; (the directory, its step)."""
+    from rlx_cli.export_cmd import _copy_tokenizer
+    from rlx_controller.rundir import RunPaths
+    from rlx_core.storage import join_uri
+
+    try:
+        from rlx_trainer.export import export_checkpoint
+    except ImportError as e:  # rlx-cli alone has no JAX
+        raise FailedPrecondition(
+            f"rlx eval --run reads checkpoints with JAX and Orbax: install rlx-trainer ({e})"
+        ) from None
+    out = into / "model"
+    out.mkdir()
+    if base:
+        _copy_tokenizer(base, out)
+    uri = join_uri(RunPaths.of(run).uri, "checkpoints")
+    staging = into / "staging"  # where a remote run's checkpoint is downloaded to
+    staging.mkdir()
+    try:
+        got, _ = export_checkpoint(uri, out, step=step, staging_dir=str(staging))
+    except NotFound as e:
+        raise NotFound(f"--run {run}: {e}") from None
+    return out, got
+
+
+def _write_jsonl(path: Path, samples: list[EvalSample]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_text("".join(json.dumps(s.to_dict(), sort_keys=True) + "\n" for s in samples))
+    tmp.replace(path)
+
+
+def eval_command(
+    config: str | None = typer.Argument(
+        None,
+        help="Run config TOML (its \\[\\[eval.datasets]], \\[sampling], \\[batch] token limits); "
+        "none = "
+        "the run's config with --run, else the built-in demo's.",
+    ),
+    run: str | None = typer.Option(
+        None, "--run", help="Evaluate a trainer checkpoint of this run (a path or s3:// gs://)."
+    ),
+    step: int | None = typer.Option(
+        None, "--step", min=0, help="With --run: the checkpoint of this step (default: newest)."
+    ),
+    model: Path | None = typer.Option(
+        None, "--model", help="Evaluate this HF checkpoint directory (default: \\[model] path)."
+    ),
+    samples: int | None = typer.Option(
+        None,
+        "--samples",
+        min=0,
+        help="Sampled answers per prompt for pass@1, pass@K, avg@K; 0 = greedy only "
+        "(default: the config's eval.samples).",
+    ),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead."),
+    out: Path | None = typer.Option(None, "--out", help="Write every sample as JSONL here."),
+    overrides: list[str] = typer.Option([], "--set", help="KEY=VALUE override of the config."),
+    run_dir: Path = typer.Option(
+        Path("rlx-eval"), "--run-dir", help="Where the services keep their logs."
+    ),
+) -> None:
+    """Greedy accuracy, pass@1, pass@K, avg@K, response length and verdict counts of a checkpoint
+    on each eval dataset, through the same services as training."""
+    from rich.console import Console
+
+    from rlx_controller.driver import Driver
+    from rlx_controller.evaluation import heldout_accuracy, summarize, summary_tables
+
+    _check_options(run, step, model)
+    work = run_dir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    cfg = _config(config, run, work, overrides)
+    if not cfg.eval.datasets:
+        raise InvalidArgument("the config has no [[eval.datasets]] to evaluate on")
+    k = cfg.eval.samples if samples is None else samples
+    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=work)) if run is not None else None
+    try:
+        if run is not None and staging is not None:
+            _say(f"rlx eval: exporting the checkpoint of {run} ...")
+            path, got = _export(run, step, _run_base_model(run, cfg, config), staging)
+            source = f"{run} step {got}"
+        else:
+            path = model.resolve() if model is not None else Path(cfg.model.path)
+            source = str(path)
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(path)))
+        driver = Driver(cfg, work, log=_say)
+        t0 = time.monotonic()
+        records = driver.evaluate_model(samples=k)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    wall = time.monotonic() - t0
+    figures = summarize(records, k)
+    if out is not None:
+        _write_jsonl(out, records)
+    if json_output:
+        doc: dict[str, Any] = {
+            "model": source,
+            "samples": k,
+            "heldout": heldout_accuracy(records),
+            "datasets": {name: s.to_dict() for name, s in figures.items()},
+            "wall_s": round(wall, 3),
+        }
+        if out is not None:
+            doc["out"] = str(out)
+        typer.echo(json.dumps(doc, sort_keys=True))
+        return
+    table, verdicts = summary_tables(figures, title=f"rlx eval {source}")
+    # not a terminal (a pipe, a log): wide enough that no column is cut
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console.print(table)
+    console.print(verdicts)
+    where = f"; every sample in {out}" if out is not None else ""
+    typer.echo(f"rlx: {len(records)} answers judged in {wall:.0f} s{where}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_command)
