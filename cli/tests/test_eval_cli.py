@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich.console import Console
 from typer.testing import CliRunner
 
+from rlx_cli.eval_cmd import summary_tables
 from rlx_cli.main import app
 from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
+from rlx_controller.evaluation import EvalSample, summarize
 from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
 
@@ -162,3 +165,46 @@ def test_plot_draws_pass_at_k_beside_greedy(tmp_path: Path) -> None:
     result = runner.invoke(app, ["plot", str(run)])
     assert result.exit_code == 0, result.output
     assert (run / "plot.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _answer(ds: str, row: int, sample: int, status: str, tokens: int, greedy: bool) -> EvalSample:
+    score = {"AC": 1.0, "WA": 0.0}.get(status)
+    return EvalSample(
+        dataset=ds,
+        row=row,
+        prompt_id=f"{ds}/{row}",
+        sample=sample,
+        greedy=greedy,
+        text="",
+        status=status,
+        score=score,
+        response_tokens=tokens,
+        finish_reason="stop",
+    )
+
+
+def test_summary_tables_show_every_figure_and_verdict() -> None:
+    # a: row 0 greedy AC, sampled AC WA WA WA (n 4, c 1); row 1 greedy ERROR, sampled WA INFRA
+    # AC WA (n 3, c 1); b: one greedy WA
+    sampled = ["AC", "WA", "WA", "WA", "WA", "INFRA", "AC", "WA"]
+    samples = [
+        _answer("a", 0, 0, "AC", 3, True),
+        _answer("a", 1, 0, "ERROR", 5, True),
+        *(_answer("a", i // 4, i % 4, st, i + 1, False) for i, st in enumerate(sampled)),
+        _answer("b", 0, 0, "WA", 2, True),
+    ]
+    figures, verdicts = summary_tables(summarize(samples, 2))
+    console = Console(record=True, width=160)
+    console.print(figures)
+    console.print(verdicts)
+    text = console.export_text()
+    assert "pass@2" in text and "avg@2" in text and "greedy acc" in text
+    lines = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines()]
+    # dataset, prompts, greedy acc, pass@1 (1/4 + 1/3) / 2, pass@2 (1/2 + 2/3) / 2, avg@2,
+    # len greedy, len sampled, excluded
+    assert ["a", "2", "1.000", "0.292", "0.583", "0.292", "4.0", "4.5", "2"] in lines
+    assert ["b", "1", "0.000", "-", "-", "-", "2.0", "-", "0"] in lines
+    # the verdict columns: AC ERROR INFRA WA
+    assert ["a", "greedy", "1", "1", "0", "0"] in lines
+    assert ["a", "sampled", "2", "0", "1", "5"] in lines
+    assert ["b", "greedy", "0", "0", "0", "1"] in lines

@@ -23,14 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.table import Table
 
 from rlx_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
-    from rlx_controller.evaluation import EvalSample
+    from rlx_controller.evaluation import EvalSample, EvalSummary
     from rlx_controller.run_config import RunConfig
 
-__all__ = ["eval_command", "register"]
+__all__ = ["eval_command", "register", "summary_tables"]
 
 
 def _say(message: str) -> None:
@@ -105,6 +106,52 @@ def _export(run: str, step: int | None, base: str, into: Path) -> tuple[Path, in
     return out, got
 
 
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def summary_tables(summaries: dict[str, EvalSummary], *, title: str = "") -> tuple[Table, Table]:
+    """The figures table (a row per dataset) and the verdict-count table (a row per dataset and
+    kind of answer, a column per verdict), for a Rich console."""
+    ks = sorted({s.k for s in summaries.values() if s.k})
+    k_label = str(ks[0]) if len(ks) == 1 else "k"
+    figures = Table(title=title or None)
+    for col in (
+        "dataset",
+        "prompts",
+        "greedy acc",
+        "pass@1",
+        f"pass@{k_label}",
+        f"avg@{k_label}",
+        "len greedy",
+        "len sampled",
+        "excluded",
+    ):
+        figures.add_column(col, justify="left" if col == "dataset" else "right", no_wrap=True)
+    for s in summaries.values():
+        figures.add_row(
+            s.dataset,
+            str(s.prompts),
+            _fmt(s.greedy),
+            _fmt(s.pass_at_1),
+            _fmt(s.pass_at_k),
+            _fmt(s.avg_at_k),
+            _fmt(s.greedy_tokens, 1),
+            _fmt(s.sampled_tokens, 1),
+            str(s.excluded),
+        )
+    statuses = sorted({v for s in summaries.values() for c in s.verdicts.values() for v in c})
+    verdicts = Table(title="verdicts")
+    verdicts.add_column("dataset", no_wrap=True)
+    verdicts.add_column("answers", no_wrap=True)
+    for status in statuses:
+        verdicts.add_column(status, justify="right")
+    for s in summaries.values():
+        for kind, counts in s.verdicts.items():
+            verdicts.add_row(s.dataset, kind, *(str(counts.get(v, 0)) for v in statuses))
+    return figures, verdicts
+
+
 def _write_jsonl(path: Path, samples: list[EvalSample]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.partial")
@@ -147,7 +194,7 @@ def eval_command(
     from rich.console import Console
 
     from rlx_controller.driver import Driver
-    from rlx_controller.evaluation import heldout_accuracy, summarize, summary_tables
+    from rlx_controller.evaluation import heldout_accuracy, summarize
 
     _check_options(run, step, model)
     work = run_dir.resolve()

@@ -8,7 +8,6 @@ import math
 import random
 
 import pytest
-from rich.console import Console
 
 from rlx_controller.evaluation import (
     EvalSample,
@@ -16,7 +15,6 @@ from rlx_controller.evaluation import (
     metric_fields,
     pass_at_k,
     summarize,
-    summary_tables,
 )
 
 
@@ -202,19 +200,3 @@ def test_metric_fields() -> None:
     }
     greedy_only = metric_fields([s for s in SAMPLES if s.greedy])
     assert greedy_only == {"heldout": 0.5, "eval/a/greedy": 1.0, "eval/b/greedy": 0.0}
-
-
-def test_summary_tables_show_every_figure_and_verdict() -> None:
-    figures, verdicts = summary_tables(summarize(SAMPLES, 2))
-    console = Console(record=True, width=160)
-    console.print(figures)
-    console.print(verdicts)
-    text = console.export_text()
-    assert "pass@2" in text and "avg@2" in text and "greedy acc" in text
-    lines = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines()]
-    # dataset, prompts, greedy acc, pass@1, pass@2, avg@2, len greedy, len sampled, excluded
-    assert ["a", "2", "1.000", "0.292", "0.583", "0.375", "4.0", "4.5", "2"] in lines
-    assert ["b", "1", "0.000", "-", "-", "-", "2.0", "-", "0"] in lines
-    assert ["a", "sampled", "2", "0", "1", "5"] in lines  # AC ERROR INFRA WA
-    assert ["a", "greedy", "1", "1", "0", "0"] in lines
-    assert ["b", "greedy", "0", "0", "0", "1"] in lines

@@ -2,15 +2,16 @@
 
     samples = evaluate_version(driver, version, samples=8)    # one EvalSample per answer
     figures = summarize(samples, k=8)                         # per dataset: EvalSummary
-    metrics = metric_fields(figures)                          # {"heldout": ..., "eval/<d>/..."}
+    fields = metric_fields(samples, k=8)                      # {"heldout": ..., "eval/<d>/..."}
 
 The figures per dataset (`summarize`): greedy accuracy (one greedy answer per prompt), pass@1 and
 pass@k (the unbiased estimator of Chen et al. 2021 over the sampled answers, `pass_at_k`), avg@k
 (the mean score of the sampled answers), the mean response length, and the count of every
-verdict. A sample the verifier could not judge (INFRA / ERROR: no score) is left out of every
-figure and counted apart, never as a failure. `evaluate_version` generates and verifies the
-answers through the run's services; its sampled seeds are a pure function of (seed, dataset,
-row, sample), so a resumed run evaluates exactly as before.
+verdict; `rlx eval` prints them as tables (rlx_cli.eval_cmd). A sample the verifier could not
+judge (INFRA / ERROR: no score) is left out of every figure and counted apart, never as a
+failure. `evaluate_version` generates and verifies the answers through the run's services; its
+sampled seeds are a pure function of (seed, dataset, row, sample), so a resumed run evaluates
+exactly as before.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from rlx_core.clients import WorkUnit as GenUnit
 from rlx_core.clients.verifier import EXCLUDED
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from rlx_controller.datasets import Dataset, Prompt
     from rlx_controller.driver import Driver
 
@@ -42,7 +41,6 @@ __all__ = [
     "metric_fields",
     "pass_at_k",
     "summarize",
-    "summary_tables",
 ]
 
 SOLVED = 1.0  # a score at or above this solves the prompt (the training reward's full marks)
@@ -193,54 +191,6 @@ def metric_fields(samples: Sequence[EvalSample], k: int = 0) -> dict[str, float 
             out[f"eval/{name}/pass@{s.k}"] = s.pass_at_k
             out[f"eval/{name}/avg@{s.k}"] = s.avg_at_k
     return out
-
-
-def _fmt(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def summary_tables(summaries: dict[str, EvalSummary], *, title: str = "") -> tuple[Table, Table]:
-    """The figures table (a row per dataset) and the verdict-count table (a row per dataset and
-    kind of answer, a column per verdict), for a Rich console."""
-    from rich.table import Table
-
-    ks = sorted({s.k for s in summaries.values() if s.k})
-    k_label = str(ks[0]) if len(ks) == 1 else "k"
-    figures = Table(title=title or None)
-    for col in (
-        "dataset",
-        "prompts",
-        "greedy acc",
-        "pass@1",
-        f"pass@{k_label}",
-        f"avg@{k_label}",
-        "len greedy",
-        "len sampled",
-        "excluded",
-    ):
-        figures.add_column(col, justify="left" if col == "dataset" else "right", no_wrap=True)
-    for s in summaries.values():
-        figures.add_row(
-            s.dataset,
-            str(s.prompts),
-            _fmt(s.greedy),
-            _fmt(s.pass_at_1),
-            _fmt(s.pass_at_k),
-            _fmt(s.avg_at_k),
-            _fmt(s.greedy_tokens, 1),
-            _fmt(s.sampled_tokens, 1),
-            str(s.excluded),
-        )
-    statuses = sorted({v for s in summaries.values() for c in s.verdicts.values() for v in c})
-    verdicts = Table(title="verdicts")
-    verdicts.add_column("dataset", no_wrap=True)
-    verdicts.add_column("answers", no_wrap=True)
-    for status in statuses:
-        verdicts.add_column(status, justify="right")
-    for s in summaries.values():
-        for kind, counts in s.verdicts.items():
-            verdicts.add_row(s.dataset, kind, *(str(counts.get(v, 0)) for v in statuses))
-    return figures, verdicts
 
 
 # --- through the services -------------------------------------------------------------------
