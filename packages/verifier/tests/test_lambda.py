@@ -77,6 +77,18 @@ def test_handler_runs_the_runner(handler) -> None:  # type: ignore[no-untyped-de
         handler({"op": "dance"}, None)
 
 
+def test_handler_honours_partial_credit_and_reports_cost(handler) -> None:  # type: ignore[no-untyped-def]
+    code = "n = int(input())\nprint(5 if n == 2 else 2 * n)  # lambda"
+    tests = [("1\n", "2\n"), ("2\n", "4\n"), ("3\n", "6\n")]
+    sample = VerifySample.stdio("pc", "python", code, tests, partial_credit=True)
+    for cached in (False, True):
+        out = handler(json.loads(_payload([sample])), None)
+        (r,) = [SampleResult.from_dict(x) for x in json.loads(json.dumps(out))["results"]]
+        assert (r.status, r.score, len(r.tests), r.cached) == ("WA", 2 / 3, 3, cached)
+        assert (r.run_s > 0 and r.check_s > 0) != cached
+        assert cached == (r.run_s == r.check_s == r.compile_s == 0.0)
+
+
 def test_client_invokes_through_boto3(handler, lambda_client) -> None:  # type: ignore[no-untyped-def]
     config = LambdaConfig(function_name=FUNCTION, batch_size=2, concurrency=1)
     backend = LambdaBackend(config, infra_retries=1, client=lambda_client)

@@ -180,3 +180,52 @@ def test_upload_names_the_bad_line(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert f"{dataset}:2: the test list is empty" in result.output
     assert not os.path.exists(tmp_path / "r" / "manifests")
+
+
+TRIPLE = {
+    "id": "double3",
+    "tests": [
+        {"stdin": "1\n", "answer": "2\n"},
+        {"stdin": "2\n", "answer": "4\n"},
+        {"stdin": "3\n", "answer": "6\n"},
+    ],
+}
+
+
+def test_partial_credit_with_linked_tests(
+    verifier: Verifier, repos: Repositories, tmp_path: Path
+) -> None:
+    _, manifest = _upload(tmp_path, str(tmp_path / "repo"), [TRIPLE])
+    problem = manifest["problems"][0]
+    # passes the first and third of three tests
+    code = "n = int(input())\nprint(5 if n == 2 else 2 * n)  # partial, linked"
+    plain = judge_sample(verifier, repos, VerifySample.linked("p", "python", code, problem))
+    assert (plain.status, plain.score, [t.status for t in plain.tests]) == ("WA", 0.0, ["AC", "WA"])
+    partial = judge_sample(
+        verifier, repos, VerifySample.linked("q", "python", code, problem, partial_credit=True)
+    )
+    assert not partial.cached  # partial_credit is part of the cache key
+    assert (partial.status, partial.score) == ("WA", 2 / 3)
+    assert [t.status for t in partial.tests] == ["AC", "WA", "AC"]
+    # a program that fails the first test still runs all three; a crash is a failed test
+    first = "n = int(input())\nassert n != 1\nprint(2 * n)"
+    r = judge_sample(
+        verifier, repos, VerifySample.linked("f", "python", first, problem, partial_credit=True)
+    )
+    assert (r.status, r.score, [t.status for t in r.tests]) == ("RE", 2 / 3, ["RE", "AC", "AC"])
+    stopped = judge_sample(verifier, repos, VerifySample.linked("g", "python", first, problem))
+    assert (stopped.score, [t.status for t in stopped.tests]) == (0.0, ["RE"])
+
+
+def test_cost_of_a_linked_verdict_with_a_checker(
+    verifier: Verifier, repos: Repositories, tmp_path: Path
+) -> None:
+    _, manifest = _upload(tmp_path, str(tmp_path / "repo"), ROWS[:1])
+    problem = manifest["problems"][0]
+    code = SUM_PROGRAMS["AC"] + "  # cost, linked"
+    fresh = judge_sample(verifier, repos, VerifySample.linked("a", "python", code, problem))
+    assert fresh.status == "AC" and not fresh.cached
+    assert fresh.run_s > 0 and fresh.check_s > 0  # the checker ran on both tests
+    again = judge_sample(verifier, repos, VerifySample.linked("b", "python", code, problem))
+    assert again.status == "AC" and again.cached
+    assert (again.compile_s, again.run_s, again.check_s) == (0.0, 0.0, 0.0)

@@ -129,6 +129,9 @@ def test_verify_batch(via: str, service: VerifierService, address: str, manifest
     assert "test-repository link" in by_id["bad-link"].error
     assert by_id["checker-wa"].tests[0].message == "1 + 10 != 10"
     assert all(r.excluded == (r.score is None) for r in results)
+    # code that ran has a cost; a verdict the cache served (the second `via`) has none
+    code = [r for r in results if not r.excluded and not r.sample_id.startswith("math")]
+    assert all((r.run_s > 0) != r.cached for r in code)
 
 
 @pytest.mark.parametrize("via", ["service", "grpc"])

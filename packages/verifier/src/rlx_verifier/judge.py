@@ -15,16 +15,18 @@ import os
 import secrets
 import shutil
 import signal
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from threading import Lock
 from typing import TYPE_CHECKING, TypeVar
 
 from rlx_core.errors import InvalidArgument, Unavailable
 from rlx_verifier.checkers import CHECKER_LIMITS, CheckResult, check_output, compare
 from rlx_verifier.config import JudgeConfig
+from rlx_verifier.cost import charged, metered
 from rlx_verifier.languages import (
     GO_SEED,
     Language,
@@ -82,6 +84,11 @@ class Verdict:
     compile_output: str = ""
     attempts: int = 1
     extra: dict[str, str] = field(default_factory=dict)
+    # Wall seconds this verdict cost (see rlx_verifier.cost); all 0 when `cached`.
+    compile_s: float = 0.0
+    run_s: float = 0.0
+    check_s: float = 0.0
+    cached: bool = False  # served from the verdict cache
 
 
 def _b(data: str | bytes) -> bytes:
@@ -131,13 +138,16 @@ class Verifier:
         comparator: str = "tokens",
         time_limit_s: float = 2.0,
         memory_mb: int = 256,
+        partial_credit: bool = False,
     ) -> Verdict:
         """Compile once, run every test, compare (or run `checker`): the verdict of the first
-        failing test, or AC."""
+        failing test, or AC. `partial_credit` (or the config's): every test runs and the score
+        is the fraction passed; otherwise 1.0 for AC, else 0."""
         if not tests:
             raise InvalidArgument("judge needs at least one test")
         self.check_limits(time_limit_s, memory_mb, tests=len(tests))
         lang = resolve(self.languages, language)
+        partial = self.partial_credit(partial_credit)
         key = self._key(
             "judge",
             lang.name,
@@ -146,12 +156,23 @@ class Verifier:
             checker,
             time_limit_s,
             memory_mb,
+            partial,
             [(_b(t.stdin).hex(), _b(t.answer).hex()) for t in tests],
         )
         return self._cached(
             key,
-            lambda: self._judge(lang, source, tests, checker, comparator, time_limit_s, memory_mb),
+            lambda: self._judge(
+                lang, source, tests, checker, comparator, time_limit_s, memory_mb, partial
+            ),
         )
+
+    def partial_credit(self, asked: bool) -> bool:
+        """Whether a sample gets partial credit: it asked, or the config gives it to all."""
+        return asked or self.config.partial_credit
+
+    def stops_at(self, result: TestResult, partial: bool) -> bool:
+        """Whether the remaining tests are skipped after `result` (never with partial credit)."""
+        return result.status != "AC" and self.config.stop_on_first_failure and not partial
 
     def run_program(
         self,
@@ -199,8 +220,11 @@ class Verifier:
             )
 
     def math(self, response: str, gold: str, *, extractor: str = "auto") -> Verdict:
-        """Extract the final answer of `response` and compare it with `gold` (math-verify)."""
-        return self._math_pool().judge(response, gold, extractor=extractor)
+        """Extract the final answer of `response` and compare it with `gold` (math-verify); its
+        wall time is the verdict's `check_s`."""
+        start = time.perf_counter()
+        verdict = self._math_pool().judge(response, gold, extractor=extractor)
+        return replace(verdict, check_s=time.perf_counter() - start)
 
     def warm_math(self) -> None:
         """Start the math-verify workers now, not at the first answer that needs one: each
@@ -238,16 +262,21 @@ class Verifier:
         return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
     def _cached(self, key: str, compute: Callable[[], Verdict]) -> Verdict:
+        """The cached verdict of `key` (no cost, `cached`), or `compute`'s with what it cost."""
         if self.config.unsafe_no_sandbox:
             log.warning("verifier: running untrusted code WITHOUT a sandbox (unsafe_no_sandbox)")
         with self._cache_lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        verdict = self._with_retries(compute)
+        with metered() as cost:
+            verdict = self._with_retries(compute)
+        verdict = replace(verdict, compile_s=cost.compile_s, run_s=cost.run_s, check_s=cost.check_s)
         if verdict.status != "INFRA" and self.config.cache_size:
             with self._cache_lock:
-                self._cache[key] = verdict
+                self._cache[key] = replace(
+                    verdict, compile_s=0.0, run_s=0.0, check_s=0.0, cached=True
+                )
                 while len(self._cache) > self.config.cache_size:
                     self._cache.popitem(last=False)
         return verdict
@@ -300,14 +329,15 @@ class Verifier:
             output_mb=256,
             tmp_mb=512,
         )
-        r = self.sandbox.run(
-            list(argv),
-            limits=limits,
-            rw_binds=[(build, "/build")],
-            ro_binds=binds,
-            cwd="/build",
-            env=env,
-        )
+        with charged("compile"):
+            r = self.sandbox.run(
+                list(argv),
+                limits=limits,
+                rw_binds=[(build, "/build")],
+                ro_binds=binds,
+                cwd="/build",
+                env=env,
+            )
         if r.exit_code == 0:
             if not keep_cache:
                 shutil.rmtree(os.path.join(build, ".gocache"), ignore_errors=True)
@@ -370,14 +400,15 @@ class Verifier:
     ) -> RunResult:
         memory = limits.memory_mb - lang.extra_as_mb
         argv = [a.replace("{memory_mb}", str(memory)) for a in lang.run]
-        return self.sandbox.run(
-            argv,
-            limits=limits,
-            stdin=stdin,
-            stdin_path=stdin_path,
-            ro_binds=[(build, "/prog"), *lang.binds],
-            env=dict(lang.env),
-        )
+        with charged("run"):
+            return self.sandbox.run(
+                argv,
+                limits=limits,
+                stdin=stdin,
+                stdin_path=stdin_path,
+                ro_binds=[(build, "/prog"), *lang.binds],
+                env=dict(lang.env),
+            )
 
     @staticmethod
     def _failure(lang: Language, r: RunResult, time_limit_s: float, memory_mb: int) -> str | None:
@@ -416,6 +447,7 @@ class Verifier:
         comparator: str,
         time_limit_s: float,
         memory_mb: int,
+        partial: bool,
     ) -> Verdict:
         build, ce = self._build(lang, source)
         try:
@@ -429,23 +461,23 @@ class Verifier:
                 if failed is not None:
                     results.append(self._result(r, failed))
                 else:
-                    check = (
-                        self._check(checker, test, r.stdout)
-                        if checker is not None
-                        else compare(r.stdout, _b(test.answer), mode=comparator)
-                    )
+                    if checker is not None:
+                        check = self._check(checker, test, r.stdout)
+                    else:
+                        with charged("check"):
+                            check = compare(r.stdout, _b(test.answer), mode=comparator)
                     results.append(self._result(r, check.status, check.message, check.score))
-                if (
-                    results[-1].status != "AC"
-                    and self.config.stop_on_first_failure
-                    and not self.config.partial_credit
-                ):
+                if self.stops_at(results[-1], partial):
                     break
-            return self._aggregate(results, len(tests))
+            return self._aggregate(results, len(tests), partial)
         finally:
             shutil.rmtree(build, ignore_errors=True)
 
     def _check(self, checker: str, test: TestCase, output: bytes) -> CheckResult:
+        with charged("check"):
+            return self._run_checker(checker, test, output)
+
+    def _run_checker(self, checker: str, test: TestCase, output: bytes) -> CheckResult:
         data = self.sandbox.workdir()
         try:
             paths = []
@@ -463,12 +495,15 @@ class Verifier:
         finally:
             shutil.rmtree(data, ignore_errors=True)
 
-    def _aggregate(self, results: list[TestResult], total: int) -> Verdict:
+    @staticmethod
+    def _aggregate(results: list[TestResult], total: int, partial: bool) -> Verdict:
+        """AC (1.0), or the first failure's verdict scored passed / total with `partial` (a
+        checker's points count as a fraction of a test), else 0."""
         failed = next((t for t in results if t.status != "AC"), None)
         if failed is None:
             return Verdict(status="AC", score=1.0, tests=tuple(results))
         passed = sum(t.score if t.status == "AC" else 0.0 for t in results)
-        score = passed / total if self.config.partial_credit else 0.0
+        score = passed / total if partial else 0.0
         return Verdict(
             status=failed.status, score=score, tests=tuple(results), message=failed.message
         )

@@ -11,6 +11,13 @@ Kinds: `math` (extract and compare), `assert` (program with a harness), `stdio` 
 `judge_sample` does both, cached by (code hash, test hash): blob links are content addresses,
 so the links themselves are the test hash.
 
+Partial credit (`VerifySample.partial_credit`, or `judge.partial_credit` for every sample): a
+stdio sample runs every test and scores the fraction passed. An assert-style sample is one run
+of a harness, so it is AC (1) or not (0) either way; math is right or wrong.
+
+A result's `compile_s`, `run_s` and `check_s` are the wall seconds its verdict cost this
+verifier (`rlx_verifier.cost`); a verdict served from the cache has `cached` and costs 0.
+
 The reward contract: an INFRA verdict has been retried `infra_retries` times before it comes out
 here, and it has no score; a sample that cannot be judged as sent (unknown language, missing
 toolchain, bad link) is ERROR, without a score either. Neither is ever scored 0.
@@ -22,12 +29,14 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rlx_core.clients.verifier import SampleResult, TestLink, TestVerdict, VerifySample
 from rlx_core.errors import Corrupt, InvalidArgument, RlxError, Unavailable
 from rlx_verifier.checkers import check_output, compare
+from rlx_verifier.cost import charged
 from rlx_verifier.judge import TestCase, TestResult, Verdict, Verifier
 from rlx_verifier.languages import resolve
 from rlx_verifier.math_answers import EXTRACTORS, quick_verdict
@@ -74,8 +83,11 @@ def run_outputs(
     *,
     time_limit_s: float = 2.0,
     memory_mb: int = 256,
+    partial_credit: bool = False,
 ) -> PhaseOne:
-    """Phase 1: run `code` on each input link; store outputs under a transient prefix."""
+    """Phase 1: run `code` on each input link; store outputs under a transient prefix. Runs
+    stop at the first failure unless the sample has partial credit (or the config gives it)."""
+    partial = verifier.partial_credit(partial_credit)
     verifier.check_limits(time_limit_s, memory_mb, tests=len(inputs))
     lang = resolve(verifier.languages, language)
     paths = [repos.fetch(link) for link in inputs]
@@ -92,11 +104,7 @@ def run_outputs(
             failed = verifier._failure(lang, r, time_limit_s, memory_mb)
             link = "" if failed else repos.put_output(root, run_key, str(i), r.stdout)
             runs.append(TestRun(link, failed, verifier._result(r, failed or "")))
-            if (
-                failed
-                and verifier.config.stop_on_first_failure
-                and not verifier.config.partial_credit
-            ):
+            if failed and verifier.stops_at(runs[-1].result, partial):
                 break
         return PhaseOne(None, tuple(runs))
     finally:
@@ -111,8 +119,11 @@ def check_outputs(
     *,
     checker: str = "",
     comparator: str = "",
+    partial_credit: bool = False,
 ) -> Verdict:
-    """Phase 2: the verdict of phase 1's outputs against the tests' answers (or a checker)."""
+    """Phase 2: the verdict of phase 1's outputs against the tests' answers (or a checker);
+    with partial credit (asked, or the config's) scored passed / tests."""
+    partial = verifier.partial_credit(partial_credit)
     if phase.compile_error is not None:
         return phase.compile_error
     checker_path = repos.fetch(checker, executable=True) if checker else None
@@ -125,34 +136,34 @@ def check_outputs(
             answer = repos.fetch(test.answer)
             if checker_path is None:
                 with open(answer, "rb") as f:
-                    check = compare(output, f.read(), mode=comparator or "tokens")
+                    expected = f.read()
+                with charged("check"):
+                    check = compare(output, expected, mode=comparator or "tokens")
             else:
+                test_input = repos.fetch(test.input)
                 scratch = verifier.sandbox.workdir()
                 try:
                     out_path = os.path.join(scratch, "output")
                     with open(out_path, "wb") as f:
                         f.write(output)
                     os.chmod(out_path, 0o644)
-                    check = check_output(
-                        verifier.sandbox,
-                        checker_path,
-                        repos.fetch(test.input),
-                        out_path,
-                        answer,
-                        limits=verifier.checker_limits,
-                    )
+                    with charged("check"):
+                        check = check_output(
+                            verifier.sandbox,
+                            checker_path,
+                            test_input,
+                            out_path,
+                            answer,
+                            limits=verifier.checker_limits,
+                        )
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)
             results.append(
                 replace(run.result, status=check.status, message=check.message, score=check.score)
             )
-        if (
-            results[-1].status != "AC"
-            and verifier.config.stop_on_first_failure
-            and not verifier.config.partial_credit
-        ):
+        if verifier.stops_at(results[-1], partial):
             break
-    return verifier._aggregate(results, len(tests))
+    return verifier._aggregate(results, len(tests), partial)
 
 
 def _linked(verifier: Verifier, repos: Repositories, s: VerifySample, t: float, m: int) -> Verdict:
@@ -160,6 +171,7 @@ def _linked(verifier: Verifier, repos: Repositories, s: VerifySample, t: float, 
     for link in (*(x for tl in s.test_links for x in (tl.input, tl.answer)), s.checker):
         if link:
             split_link(link)  # a bad link is the request's fault: fail before anything runs
+    partial = verifier.partial_credit(s.partial_credit)
     key = verifier._key(
         "linked",
         lang.name,
@@ -168,6 +180,7 @@ def _linked(verifier: Verifier, repos: Repositories, s: VerifySample, t: float, 
         s.comparator or "tokens",
         t,
         m,
+        partial,
         [(tl.input.rsplit("/", 1)[-1], tl.answer.rsplit("/", 1)[-1]) for tl in s.test_links],
     )
 
@@ -180,9 +193,16 @@ def _linked(verifier: Verifier, repos: Repositories, s: VerifySample, t: float, 
             [tl.input for tl in s.test_links],
             time_limit_s=t,
             memory_mb=m,
+            partial_credit=partial,
         )
         return check_outputs(
-            verifier, repos, phase, s.test_links, checker=s.checker, comparator=s.comparator
+            verifier,
+            repos,
+            phase,
+            s.test_links,
+            checker=s.checker,
+            comparator=s.comparator,
+            partial_credit=partial,
         )
 
     return verifier._cached(key, compute)
@@ -205,7 +225,13 @@ def _verdict(verifier: Verifier, repos: Repositories, s: VerifySample) -> Verdic
         raise InvalidArgument("a checker (a link) needs tests given by link too")
     tests = [TestCase(stdin=x.stdin, answer=x.answer) for x in s.tests]
     return verifier.judge(
-        s.language, s.code, tests, comparator=s.comparator or "tokens", time_limit_s=t, memory_mb=m
+        s.language,
+        s.code,
+        tests,
+        comparator=s.comparator or "tokens",
+        time_limit_s=t,
+        memory_mb=m,
+        partial_credit=s.partial_credit,
     )
 
 
@@ -233,6 +259,10 @@ def to_result(sample_id: str, v: Verdict) -> SampleResult:
         compile_output=v.compile_output,
         attempts=v.attempts,
         tests=tests,
+        compile_s=v.compile_s,
+        run_s=v.run_s,
+        check_s=v.check_s,
+        cached=v.cached,
     )
 
 
@@ -243,8 +273,11 @@ def quick_result(sample: VerifySample) -> SampleResult | None:
     extractor = sample.extractor or "auto"
     if sample.kind != "math" or extractor not in EXTRACTORS:
         return None
+    start = time.perf_counter()
     verdict = quick_verdict(sample.code, sample.gold_answer, extractor=extractor)
-    return None if verdict is None else to_result(sample.sample_id, verdict)
+    if verdict is None:
+        return None
+    return to_result(sample.sample_id, replace(verdict, check_s=time.perf_counter() - start))
 
 
 def judge_sample(verifier: Verifier, repos: Repositories, sample: VerifySample) -> SampleResult:

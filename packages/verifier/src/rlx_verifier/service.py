@@ -120,6 +120,7 @@ class VerifierService:
         *,
         time_limit_s: float = 2.0,
         memory_mb: int = 256,
+        partial_credit: bool = False,
     ) -> PhaseOne:
         """Phase 1: outputs of `code` on the input links, stored under a transient prefix."""
         return run_outputs(
@@ -130,14 +131,27 @@ class VerifierService:
             inputs,
             time_limit_s=time_limit_s,
             memory_mb=memory_mb,
+            partial_credit=partial_credit,
         )
 
     def check_outputs(
-        self, phase: PhaseOne, tests: Sequence[TestLink], *, checker: str = "", comparator: str = ""
+        self,
+        phase: PhaseOne,
+        tests: Sequence[TestLink],
+        *,
+        checker: str = "",
+        comparator: str = "",
+        partial_credit: bool = False,
     ) -> Verdict:
         """Phase 2: only the verdict of phase 1's outputs against the tests."""
         return check_outputs(
-            self._local(), self.repos, phase, tests, checker=checker, comparator=comparator
+            self._local(),
+            self.repos,
+            phase,
+            tests,
+            checker=checker,
+            comparator=comparator,
+            partial_credit=partial_credit,
         )
 
     def clean_transient(self, root: str) -> int:

@@ -90,6 +90,9 @@ class VerifySample:
     time_limit_s: float = 0.0  # CPU seconds per run; 0 = the kind's default
     memory_mb: int = 0  # MiB; 0 = the kind's default
     extractor: str = ""  # math answer extractor; "" = auto
+    # stdio: run every test and score passed/total (the service's judge.partial_credit turns it
+    # on for all samples); False: 1.0 for AC, else 0. Not for assert (one run) or math.
+    partial_credit: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -169,7 +172,11 @@ class VerifySample:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        # Left out at its default: a Lambda function deployed before the field rejects it.
+        if not self.partial_credit:
+            del data["partial_credit"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerifySample:
@@ -209,6 +216,13 @@ class SampleResult:
     compile_output: str = ""
     attempts: int = 1
     tests: tuple[TestVerdict, ...] = field(default=())
+    # What judging this sample cost the verifier, wall seconds (all 0 when `cached`): compiling,
+    # running the program on the tests, and running the checker or comparator (math: the answer
+    # comparison). Storage reads and writes of linked tests are in none of them.
+    compile_s: float = 0.0
+    run_s: float = 0.0
+    check_s: float = 0.0
+    cached: bool = False  # served from the verifier's verdict cache: nothing ran
 
     @property
     def excluded(self) -> bool:
@@ -257,6 +271,7 @@ def sample_to_proto(s: VerifySample) -> pb.Sample:
         comparator=s.comparator,
         limits=pb.Limits(time_limit_s=s.time_limit_s, memory_mb=s.memory_mb),
         extractor=s.extractor,
+        partial_credit=s.partial_credit,
     )
 
 
@@ -275,6 +290,7 @@ def sample_from_proto(m: pb.Sample) -> VerifySample:
         time_limit_s=m.limits.time_limit_s,
         memory_mb=m.limits.memory_mb,
         extractor=m.extractor,
+        partial_credit=m.partial_credit,
     )
 
 
@@ -303,6 +319,10 @@ def result_to_proto(r: SampleResult) -> pb.SampleResult:
         compile_output=r.compile_output,
         attempts=r.attempts,
         tests=[_test_to_proto(t) for t in r.tests],
+        compile_s=r.compile_s,
+        run_s=r.run_s,
+        check_s=r.check_s,
+        cached=r.cached,
     )
     if r.score is not None:
         m.score = r.score
@@ -331,6 +351,10 @@ def result_from_proto(m: pb.SampleResult) -> SampleResult:
             )
             for t in m.tests
         ),
+        compile_s=m.compile_s,
+        run_s=m.run_s,
+        check_s=m.check_s,
+        cached=m.cached,
     )
 
 

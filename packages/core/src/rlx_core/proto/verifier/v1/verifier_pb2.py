@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)rlx_core/proto/verifier/v1/verifier.proto\x12\x0frlx.verifier.v1\"1\n\x06Limits\x12\x14\n\x0ctime_limit_s\x18\x01 \x01(\x01\x12\x11\n\tmemory_mb\x18\x02 \x01(\x03\"+\n\nInlineTest\x12\r\n\x05stdin\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\")\n\x08TestLink\x12\r\n\x05input\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\"\xab\x02\n\x06Sample\x12\x11\n\tsample_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x10\n\x08language\x18\x03 \x01(\t\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\x13\n\x0bgold_answer\x18\x05 \x01(\t\x12\x0f\n\x07harness\x18\x06 \x01(\t\x12*\n\x05tests\x18\x07 \x03(\x0b\x32\x1b.rlx.verifier.v1.InlineTest\x12-\n\ntest_links\x18\x08 \x03(\x0b\x32\x19.rlx.verifier.v1.TestLink\x12\x0f\n\x07\x63hecker\x18\t \x01(\t\x12\x12\n\ncomparator\x18\n \x01(\t\x12\'\n\x06limits\x18\x0b \x01(\x0b\x32\x17.rlx.verifier.v1.Limits\x12\x11\n\textractor\x18\x0c \x01(\t\"9\n\rVerifyRequest\x12(\n\x07samples\x18\x01 \x03(\x0b\x32\x17.rlx.verifier.v1.Sample\"\xb6\x01\n\x0bTestVerdict\x12\x0e\n\x06status\x18\x01 \x01(\t\x12\x0e\n\x06time_s\x18\x02 \x01(\x01\x12\x11\n\tmemory_kb\x18\x03 \x01(\x03\x12\x16\n\texit_code\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x06signal\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12\x0e\n\x06stderr\x18\x06 \x01(\t\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\r\n\x05score\x18\x08 \x01(\x01\x42\x0c\n\n_exit_codeB\t\n\x07_signal\"\xc6\x01\n\x0cSampleResult\x12\x11\n\tsample_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x12\n\x05score\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x16\n\x0e\x63ompile_output\x18\x06 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x07 \x01(\x05\x12+\n\x05tests\x18\x08 \x03(\x0b\x32\x1c.rlx.verifier.v1.TestVerdictB\x08\n\x06_score\"=\n\x0bVerifyReply\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.rlx.verifier.v1.SampleResult\"\x0f\n\rStatusRequest\"\xb6\x02\n\x0bStatusReply\x12@\n\ntoolchains\x18\x01 \x03(\x0b\x32,.rlx.verifier.v1.StatusReply.ToolchainsEntry\x12\x0f\n\x07sandbox\x18\x02 \x01(\t\x12\x11\n\tsandboxed\x18\x03 \x01(\x08\x12\x0f\n\x07workers\x18\x04 \x01(\x05\x12\x0e\n\x06queued\x18\x05 \x01(\x05\x12\x0f\n\x07running\x18\x06 \x01(\x05\x12\x0f\n\x07\x62\x61\x63kend\x18\x07 \x01(\t\x12\x0e\n\x06judged\x18\x08 \x01(\x03\x12\x15\n\rcache_entries\x18\t \x01(\x03\x12\x15\n\rinfra_retries\x18\n \x01(\x05\x12\r\n\x05\x62wrap\x18\x0b \x01(\t\x1a\x31\n\x0fToolchainsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\x9a\x01\n\x08Verifier\x12\x46\n\x06Verify\x12\x1e.rlx.verifier.v1.VerifyRequest\x1a\x1c.rlx.verifier.v1.VerifyReply\x12\x46\n\x06Status\x12\x1e.rlx.verifier.v1.StatusRequest\x1a\x1c.rlx.verifier.v1.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)rlx_core/proto/verifier/v1/verifier.proto\x12\x0frlx.verifier.v1\"1\n\x06Limits\x12\x14\n\x0ctime_limit_s\x18\x01 \x01(\x01\x12\x11\n\tmemory_mb\x18\x02 \x01(\x03\"+\n\nInlineTest\x12\r\n\x05stdin\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\")\n\x08TestLink\x12\r\n\x05input\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\"\xc3\x02\n\x06Sample\x12\x11\n\tsample_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x10\n\x08language\x18\x03 \x01(\t\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\x13\n\x0bgold_answer\x18\x05 \x01(\t\x12\x0f\n\x07harness\x18\x06 \x01(\t\x12*\n\x05tests\x18\x07 \x03(\x0b\x32\x1b.rlx.verifier.v1.InlineTest\x12-\n\ntest_links\x18\x08 \x03(\x0b\x32\x19.rlx.verifier.v1.TestLink\x12\x0f\n\x07\x63hecker\x18\t \x01(\t\x12\x12\n\ncomparator\x18\n \x01(\t\x12\'\n\x06limits\x18\x0b \x01(\x0b\x32\x17.rlx.verifier.v1.Limits\x12\x11\n\textractor\x18\x0c \x01(\t\x12\x16\n\x0epartial_credit\x18\r \x01(\x08\"9\n\rVerifyRequest\x12(\n\x07samples\x18\x01 \x03(\x0b\x32\x17.rlx.verifier.v1.Sample\"\xb6\x01\n\x0bTestVerdict\x12\x0e\n\x06status\x18\x01 \x01(\t\x12\x0e\n\x06time_s\x18\x02 \x01(\x01\x12\x11\n\tmemory_kb\x18\x03 \x01(\x03\x12\x16\n\texit_code\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x06signal\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12\x0e\n\x06stderr\x18\x06 \x01(\t\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\r\n\x05score\x18\x08 \x01(\x01\x42\x0c\n\n_exit_codeB\t\n\x07_signal\"\x89\x02\n\x0cSampleResult\x12\x11\n\tsample_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x12\n\x05score\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x16\n\x0e\x63ompile_output\x18\x06 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x07 \x01(\x05\x12+\n\x05tests\x18\x08 \x03(\x0b\x32\x1c.rlx.verifier.v1.TestVerdict\x12\x11\n\tcompile_s\x18\t \x01(\x01\x12\r\n\x05run_s\x18\n \x01(\x01\x12\x0f\n\x07\x63heck_s\x18\x0b \x01(\x01\x12\x0e\n\x06\x63\x61\x63hed\x18\x0c \x01(\x08\x42\x08\n\x06_score\"=\n\x0bVerifyReply\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.rlx.verifier.v1.SampleResult\"\x0f\n\rStatusRequest\"\xb6\x02\n\x0bStatusReply\x12@\n\ntoolchains\x18\x01 \x03(\x0b\x32,.rlx.verifier.v1.StatusReply.ToolchainsEntry\x12\x0f\n\x07sandbox\x18\x02 \x01(\t\x12\x11\n\tsandboxed\x18\x03 \x01(\x08\x12\x0f\n\x07workers\x18\x04 \x01(\x05\x12\x0e\n\x06queued\x18\x05 \x01(\x05\x12\x0f\n\x07running\x18\x06 \x01(\x05\x12\x0f\n\x07\x62\x61\x63kend\x18\x07 \x01(\t\x12\x0e\n\x06judged\x18\x08 \x01(\x03\x12\x15\n\rcache_entries\x18\t \x01(\x03\x12\x15\n\rinfra_retries\x18\n \x01(\x05\x12\r\n\x05\x62wrap\x18\x0b \x01(\t\x1a\x31\n\x0fToolchainsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\x9a\x01\n\x08Verifier\x12\x46\n\x06Verify\x12\x1e.rlx.verifier.v1.VerifyRequest\x1a\x1c.rlx.verifier.v1.VerifyReply\x12\x46\n\x06Status\x12\x1e.rlx.verifier.v1.StatusRequest\x1a\x1c.rlx.verifier.v1.StatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,21 +40,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TESTLINK']._serialized_start=158
   _globals['_TESTLINK']._serialized_end=199
   _globals['_SAMPLE']._serialized_start=202
-  _globals['_SAMPLE']._serialized_end=501
-  _globals['_VERIFYREQUEST']._serialized_start=503
-  _globals['_VERIFYREQUEST']._serialized_end=560
-  _globals['_TESTVERDICT']._serialized_start=563
-  _globals['_TESTVERDICT']._serialized_end=745
-  _globals['_SAMPLERESULT']._serialized_start=748
-  _globals['_SAMPLERESULT']._serialized_end=946
-  _globals['_VERIFYREPLY']._serialized_start=948
-  _globals['_VERIFYREPLY']._serialized_end=1009
-  _globals['_STATUSREQUEST']._serialized_start=1011
-  _globals['_STATUSREQUEST']._serialized_end=1026
-  _globals['_STATUSREPLY']._serialized_start=1029
-  _globals['_STATUSREPLY']._serialized_end=1339
-  _globals['_STATUSREPLY_TOOLCHAINSENTRY']._serialized_start=1290
-  _globals['_STATUSREPLY_TOOLCHAINSENTRY']._serialized_end=1339
-  _globals['_VERIFIER']._serialized_start=1342
-  _globals['_VERIFIER']._serialized_end=1496
+  _globals['_SAMPLE']._serialized_end=525
+  _globals['_VERIFYREQUEST']._serialized_start=527
+  _globals['_VERIFYREQUEST']._serialized_end=584
+  _globals['_TESTVERDICT']._serialized_start=587
+  _globals['_TESTVERDICT']._serialized_end=769
+  _globals['_SAMPLERESULT']._serialized_start=772
+  _globals['_SAMPLERESULT']._serialized_end=1037
+  _globals['_VERIFYREPLY']._serialized_start=1039
+  _globals['_VERIFYREPLY']._serialized_end=1100
+  _globals['_STATUSREQUEST']._serialized_start=1102
+  _globals['_STATUSREQUEST']._serialized_end=1117
+  _globals['_STATUSREPLY']._serialized_start=1120
+  _globals['_STATUSREPLY']._serialized_end=1430
+  _globals['_STATUSREPLY_TOOLCHAINSENTRY']._serialized_start=1381
+  _globals['_STATUSREPLY_TOOLCHAINSENTRY']._serialized_end=1430
+  _globals['_VERIFIER']._serialized_start=1433
+  _globals['_VERIFIER']._serialized_end=1587
 # @@protoc_insertion_point(module_scope)

@@ -31,7 +31,7 @@ class TestLink(_message.Message):
     def __init__(self, input: _Optional[str] = ..., answer: _Optional[str] = ...) -> None: ...
 
 class Sample(_message.Message):
-    __slots__ = ("sample_id", "kind", "language", "code", "gold_answer", "harness", "tests", "test_links", "checker", "comparator", "limits", "extractor")
+    __slots__ = ("sample_id", "kind", "language", "code", "gold_answer", "harness", "tests", "test_links", "checker", "comparator", "limits", "extractor", "partial_credit")
     SAMPLE_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class Sample(_message.Message):
     COMPARATOR_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     EXTRACTOR_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_CREDIT_FIELD_NUMBER: _ClassVar[int]
     sample_id: str
     kind: str
     language: str
@@ -56,7 +57,8 @@ class Sample(_message.Message):
     comparator: str
     limits: Limits
     extractor: str
-    def __init__(self, sample_id: _Optional[str] = ..., kind: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., gold_answer: _Optional[str] = ..., harness: _Optional[str] = ..., tests: _Optional[_Iterable[_Union[InlineTest, _Mapping]]] = ..., test_links: _Optional[_Iterable[_Union[TestLink, _Mapping]]] = ..., checker: _Optional[str] = ..., comparator: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extractor: _Optional[str] = ...) -> None: ...
+    partial_credit: bool
+    def __init__(self, sample_id: _Optional[str] = ..., kind: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., gold_answer: _Optional[str] = ..., harness: _Optional[str] = ..., tests: _Optional[_Iterable[_Union[InlineTest, _Mapping]]] = ..., test_links: _Optional[_Iterable[_Union[TestLink, _Mapping]]] = ..., checker: _Optional[str] = ..., comparator: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extractor: _Optional[str] = ..., partial_credit: _Optional[bool] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("samples",)
@@ -85,7 +87,7 @@ class TestVerdict(_message.Message):
     def __init__(self, status: _Optional[str] = ..., time_s: _Optional[float] = ..., memory_kb: _Optional[int] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., stderr: _Optional[str] = ..., message: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class SampleResult(_message.Message):
-    __slots__ = ("sample_id", "status", "score", "error", "message", "compile_output", "attempts", "tests")
+    __slots__ = ("sample_id", "status", "score", "error", "message", "compile_output", "attempts", "tests", "compile_s", "run_s", "check_s", "cached")
     SAMPLE_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +96,10 @@ class SampleResult(_message.Message):
     COMPILE_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     TESTS_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_S_FIELD_NUMBER: _ClassVar[int]
+    RUN_S_FIELD_NUMBER: _ClassVar[int]
+    CHECK_S_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
     sample_id: str
     status: str
     score: float
@@ -102,7 +108,11 @@ class SampleResult(_message.Message):
     compile_output: str
     attempts: int
     tests: _containers.RepeatedCompositeFieldContainer[TestVerdict]
-    def __init__(self, sample_id: _Optional[str] = ..., status: _Optional[str] = ..., score: _Optional[float] = ..., error: _Optional[str] = ..., message: _Optional[str] = ..., compile_output: _Optional[str] = ..., attempts: _Optional[int] = ..., tests: _Optional[_Iterable[_Union[TestVerdict, _Mapping]]] = ...) -> None: ...
+    compile_s: float
+    run_s: float
+    check_s: float
+    cached: bool
+    def __init__(self, sample_id: _Optional[str] = ..., status: _Optional[str] = ..., score: _Optional[float] = ..., error: _Optional[str] = ..., message: _Optional[str] = ..., compile_output: _Optional[str] = ..., attempts: _Optional[int] = ..., tests: _Optional[_Iterable[_Union[TestVerdict, _Mapping]]] = ..., compile_s: _Optional[float] = ..., run_s: _Optional[float] = ..., check_s: _Optional[float] = ..., cached: _Optional[bool] = ...) -> None: ...
 
 class VerifyReply(_message.Message):
     __slots__ = ("results",)
