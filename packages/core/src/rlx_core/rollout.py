@@ -29,9 +29,45 @@ from rlx_core.clients.verifier import SampleResult
 from rlx_core.errors import Corrupt, InvalidArgument
 from rlx_core.proto.rollout.v1 import rollout_pb2 as pb
 
-__all__ = ["RolloutGroup", "RolloutSample", "RolloutUnit"]
+__all__ = ["Judgement", "RolloutGroup", "RolloutSample", "RolloutUnit"]
 
 _F32 = np.dtype("<f4")
+COMPILE_OUTPUT_CHARS = 2000  # of a compiler's output, kept in the log
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Judgement:
+    """How the verifier came to a sample's verdict (code samples; mostly empty for math)."""
+
+    message: str = ""  # why: the failing test's comparator/checker message, NO_CODE's reason
+    compile_output: str = ""  # the compiler's output, its first COMPILE_OUTPUT_CHARS characters
+    tests_passed: int = 0  # tests the program passed
+    tests_total: int = 0  # tests the prompt has (an assert-style harness is 1; math 0)
+    first_failed: int | None = None  # 0-based index of the first test it failed
+    compile_s: float = 0.0  # the verifier's wall seconds compiling it (0: a cached verdict)
+    run_s: float = 0.0  # ... running it on the tests
+    check_s: float = 0.0  # ... comparing its outputs or running the checker
+
+    @classmethod
+    def of(cls, verdict: SampleResult, tests_total: int = 0) -> Judgement:
+        """The details of `verdict` on a prompt with `tests_total` tests."""
+        passed = sum(1 for t in verdict.tests if t.status == "AC")
+        failed = next((i for i, t in enumerate(verdict.tests) if t.status != "AC"), None)
+        return cls(
+            message=verdict.message or verdict.error,
+            compile_output=verdict.compile_output[:COMPILE_OUTPUT_CHARS],
+            tests_passed=passed,
+            tests_total=tests_total,
+            first_failed=failed,
+            compile_s=verdict.compile_s,
+            run_s=verdict.run_s,
+            check_s=verdict.check_s,
+        )
+
+    @property
+    def judge_s(self) -> float:
+        """The verifier's wall seconds on the sample."""
+        return self.compile_s + self.run_s + self.check_s
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,6 +80,7 @@ class RolloutSample:
     text: str  # the response decoded, special tokens left out: what the verifier scored
     status: str  # the verifier's verdict: AC, WA, PE, TLE, MLE, RE, CE, INFRA, ERROR
     reward: float | None  # None: not judged (INFRA, ERROR), left out of training
+    judgement: Judgement = Judgement()  # the verdict's details
 
     def __post_init__(self) -> None:
         if len(self.logp_f32) != 4 * len(self.tokens):
@@ -59,8 +96,11 @@ class RolloutSample:
         return np.frombuffer(self.logp_f32, _F32)
 
     @classmethod
-    def of(cls, rollout: Rollout, *, text: str, verdict: SampleResult) -> RolloutSample:
-        """A generated rollout, its decoded text and the verifier's verdict on that text."""
+    def of(
+        cls, rollout: Rollout, *, text: str, verdict: SampleResult, tests_total: int = 0
+    ) -> RolloutSample:
+        """A generated rollout, its decoded text and the verifier's verdict on that text (its
+        prompt has `tests_total` tests)."""
         return cls(
             tokens=tuple(rollout.token_ids),
             logp_f32=np.asarray(rollout.sampler_logprobs, _F32).tobytes(),
@@ -68,6 +108,7 @@ class RolloutSample:
             text=text,
             status=verdict.status,
             reward=None if verdict.excluded or verdict.score is None else float(verdict.score),
+            judgement=Judgement.of(verdict, tests_total),
         )
 
 
@@ -91,6 +132,7 @@ class RolloutUnit:
     version: int  # the weight version the worker had loaded (every group's `version`)
     generated_tokens: int  # tokens the worker generated for the unit
     groups: tuple[RolloutGroup, ...]
+    verify_s: float = 0.0  # wall seconds the controller waited on the verifier for the unit
 
     def __post_init__(self) -> None:
         other = [g.version for g in self.groups if g.version != self.version]
@@ -114,10 +156,12 @@ class RolloutUnit:
         result: GenerateResult,
         texts: Sequence[str],
         verdicts: Sequence[SampleResult],
+        tests_total: Sequence[int] = (),
+        verify_s: float = 0.0,
     ) -> RolloutUnit:
         """The record of a generated unit: `result.rollouts[p * G + g]` is sample g of
-        prompts[p] (ids prompt_ids[p]), decoded as texts[p * G + g] and judged as
-        verdicts[p * G + g]."""
+        prompts[p] (ids prompt_ids[p], `tests_total[p]` tests; () = none), decoded as
+        texts[p * G + g] and judged as verdicts[p * G + g]; the verifier took `verify_s`."""
         n = len(result.rollouts)
         if not prompts or n % len(prompts) or len(prompt_ids) != len(prompts):
             raise InvalidArgument(
@@ -130,9 +174,14 @@ class RolloutUnit:
                 f"{n} rollouts, {len(texts)} texts, {len(verdicts)} verdicts", field="verdicts"
             )
         G = n // len(prompts)
+        totals = list(tests_total) or [0] * len(prompts)
+        if len(totals) != len(prompts):
+            raise InvalidArgument(
+                f"{len(totals)} test counts for {len(prompts)} prompts", field="tests_total"
+            )
         samples = [
-            RolloutSample.of(r, text=t, verdict=v)
-            for r, t, v in zip(result.rollouts, texts, verdicts, strict=True)
+            RolloutSample.of(r, text=t, verdict=v, tests_total=totals[k // G])
+            for k, (r, t, v) in enumerate(zip(result.rollouts, texts, verdicts, strict=True))
         ]
         groups = tuple(
             RolloutGroup(
@@ -148,6 +197,7 @@ class RolloutUnit:
             version=result.version,
             generated_tokens=result.generated_tokens,
             groups=groups,
+            verify_s=verify_s,
         )
 
     # --- encoding ---------------------------------------------------------------------------
@@ -167,10 +217,12 @@ class RolloutUnit:
             unit_json=unit_json,
             version=self.version,
             generated_tokens=self.generated_tokens,
+            verify_s=self.verify_s,
         )
         for group in self.groups:
             g = msg.groups.add(prompt=group.prompt, prompt_ids=group.prompt_ids)
             for s in group.samples:
+                j = s.judgement
                 g.samples.add(
                     token_ids=s.tokens,
                     sampler_logp=s.logp_f32,
@@ -178,6 +230,16 @@ class RolloutUnit:
                     text=s.text,
                     status=s.status,
                     reward=s.reward,
+                    judgement=pb.Judgement(
+                        message=j.message,
+                        compile_output=j.compile_output,
+                        tests_passed=j.tests_passed,
+                        tests_total=j.tests_total,
+                        first_failed=j.first_failed,
+                        compile_s=j.compile_s,
+                        run_s=j.run_s,
+                        check_s=j.check_s,
+                    ),
                 )
         try:
             return msg.SerializeToString(deterministic=True)
@@ -206,6 +268,7 @@ class RolloutUnit:
                             text=s.text,
                             status=s.status,
                             reward=s.reward if s.HasField("reward") else None,
+                            judgement=_judgement(s.judgement),
                         )
                         for s in g.samples
                     ),
@@ -217,7 +280,21 @@ class RolloutUnit:
                 version=version,
                 generated_tokens=msg.generated_tokens,
                 groups=groups,
+                verify_s=msg.verify_s,
             )
         except (DecodeError, ValueError, InvalidArgument, Corrupt) as e:
             # json's JSONDecodeError and a UTF-8 error are ValueErrors
             raise Corrupt(f"not a rollout record: {e}") from None
+
+
+def _judgement(m: pb.Judgement) -> Judgement:
+    return Judgement(
+        message=m.message,
+        compile_output=m.compile_output,
+        tests_passed=m.tests_passed,
+        tests_total=m.tests_total,
+        first_failed=m.first_failed if m.HasField("first_failed") else None,
+        compile_s=m.compile_s,
+        run_s=m.run_s,
+        check_s=m.check_s,
+    )

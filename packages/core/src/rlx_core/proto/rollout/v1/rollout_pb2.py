@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'rlx_core/proto/rollout/v1/rollout.proto\x12\x0erlx.rollout.v1\"\x86\x01\n\x06Sample\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x14\n\x0csampler_logp\x18\x02 \x01(\x0c\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x13\n\x06reward\x18\x06 \x01(\x01H\x00\x88\x01\x01\x42\t\n\x07_reward\"T\n\x05Group\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x12\n\nprompt_ids\x18\x02 \x03(\x05\x12\'\n\x07samples\x18\x03 \x03(\x0b\x32\x16.rlx.rollout.v1.Sample\"k\n\x04Unit\x12\x11\n\tunit_json\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x18\n\x10generated_tokens\x18\x03 \x01(\x03\x12%\n\x06groups\x18\x04 \x03(\x0b\x32\x15.rlx.rollout.v1.Groupb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'rlx_core/proto/rollout/v1/rollout.proto\x12\x0erlx.rollout.v1\"\xb4\x01\n\x06Sample\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x14\n\x0csampler_logp\x18\x02 \x01(\x0c\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x13\n\x06reward\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12,\n\tjudgement\x18\x07 \x01(\x0b\x32\x19.rlx.rollout.v1.JudgementB\t\n\x07_reward\"\xbe\x01\n\tJudgement\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x16\n\x0e\x63ompile_output\x18\x02 \x01(\t\x12\x14\n\x0ctests_passed\x18\x03 \x01(\x05\x12\x13\n\x0btests_total\x18\x04 \x01(\x05\x12\x19\n\x0c\x66irst_failed\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\tcompile_s\x18\x06 \x01(\x01\x12\r\n\x05run_s\x18\x07 \x01(\x01\x12\x0f\n\x07\x63heck_s\x18\x08 \x01(\x01\x42\x0f\n\r_first_failed\"T\n\x05Group\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x12\n\nprompt_ids\x18\x02 \x03(\x05\x12\'\n\x07samples\x18\x03 \x03(\x0b\x32\x16.rlx.rollout.v1.Sample\"}\n\x04Unit\x12\x11\n\tunit_json\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x18\n\x10generated_tokens\x18\x03 \x01(\x03\x12%\n\x06groups\x18\x04 \x03(\x0b\x32\x15.rlx.rollout.v1.Group\x12\x10\n\x08verify_s\x18\x05 \x01(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,9 +32,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rlx_core.proto.rollout.v1.r
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SAMPLE']._serialized_start=60
-  _globals['_SAMPLE']._serialized_end=194
-  _globals['_GROUP']._serialized_start=196
-  _globals['_GROUP']._serialized_end=280
-  _globals['_UNIT']._serialized_start=282
-  _globals['_UNIT']._serialized_end=389
+  _globals['_SAMPLE']._serialized_end=240
+  _globals['_JUDGEMENT']._serialized_start=243
+  _globals['_JUDGEMENT']._serialized_end=433
+  _globals['_GROUP']._serialized_start=435
+  _globals['_GROUP']._serialized_end=519
+  _globals['_UNIT']._serialized_start=521
+  _globals['_UNIT']._serialized_end=646
 # @@protoc_insertion_point(module_scope)
