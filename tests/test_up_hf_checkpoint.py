@@ -4,12 +4,19 @@ The checkpoint is an HF-format Qwen2 directory with a BPE tokenizer trained by
 tools/make_goldens and a ChatML chat template (packages/model/tests/testdata/qwen2, whose
 tokenizer transformers itself checked), not the demo's; its generation_config.json stops at two
 ids, and its `lm_head` row of `<|im_end|>` is scaled so that generation stops there often
-enough to be seen. The dataset is a slice of the real GSM8K test split (question, and an answer
-ending `#### N`). Then:
+enough to be seen. The datasets are mixed in one run: a slice of the real GSM8K test split
+(question, and an answer ending `#### N`), and two code datasets judged in the verifier's sandbox,
+one with inline stdin/stdout tests and one with tests by link into a local test repository made
+by `rlx verifier upload`, where one problem has a testlib-protocol checker. The model is random,
+so its responses are taken whole as programs (`program = "whole"`): they reach the sandbox and
+fail there. Then:
 
 - every logged prompt's ids equal the chat-template rendering of its question, encoded;
 - every logged response text is the tokenizer's decoding of its logged ids;
 - generation stopped at the checkpoint's EOS ids (and only there);
+- every code sample's verdict is a code verdict from the sandbox, judged on its problem's tests
+  (the linked problem with the checker among them), never a math comparison;
+- the metrics carry each dataset's reward, the verdicts and the verifier's cost;
 - SIGKILL of the controller, then `rlx resume`, ends bit-identical to the uninterrupted run.
 """
 
@@ -38,6 +45,25 @@ GSM8K = ROOT.parent / "shared" / "data" / "math" / "gsm8k_test.jsonl"
 STOPS = [511, 509]  # <|im_end|>, <|endoftext|>
 STEPS = 4
 P, R = 128, 16  # GSM8K questions are 93-375 tokens with this 512-token vocabulary
+CODE_VERDICTS = {"AC", "WA", "PE", "TLE", "MLE", "RE", "CE"}
+# a testlib-protocol checker (argv: input output answer; exit 0 AC, 1 WA): any two
+# non-negative integers that sum to the input's n are right
+CHECKER = """import sys
+n = int(open(sys.argv[1]).read())
+try:
+    a, b = map(int, open(sys.argv[2]).read().split())
+except ValueError:
+    print("expected two integers"); sys.exit(1)
+sys.exit(0 if a >= 0 and b >= 0 and a + b == n else 1)
+"""
+LINKED = [
+    {
+        "id": "split",
+        "tests": [{"stdin": "10\n", "answer": "5 5\n"}, {"stdin": "7\n", "answer": "3 4\n"}],
+        "checker": {"language": "python", "source": CHECKER},
+    },
+    {"id": "double", "tests": [{"stdin": "2\n", "answer": "4\n"}]},
+]
 
 
 def _checkpoint(out: Path) -> Path:
@@ -56,10 +82,42 @@ def _checkpoint(out: Path) -> Path:
     return out
 
 
+def _code_datasets(tmp: Path) -> tuple[Path, Path, str]:
+    """(inline-test dataset, linked dataset, its manifest's link): the linked tests uploaded into
+    a local test repository with `rlx verifier upload`, as a user would."""
+    inline = tmp / "code.jsonl"
+    rows = [
+        {
+            "prompt": f"Read n and print {k} * n.",
+            "tests": [{"input": "3\n", "output": f"{3 * k}\n"}],
+        }
+        for k in range(2, 8)
+    ]
+    inline.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems = tmp / "problems.jsonl"
+    problems.write_text("".join(json.dumps(r) + "\n" for r in LINKED))
+    up = subprocess.run(
+        [*CLI, "verifier", "upload", str(problems), str(tmp / "test-repo"), "--json"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert up.returncode == 0, up.stderr.decode(errors="replace")
+    manifest = json.loads(up.stdout.decode().strip().splitlines()[-1])["manifest"]
+    linked = tmp / "linked.jsonl"
+    rows = [
+        {"statement": "Split n into two non-negative integers.", "problem": "split"},
+        {"statement": "Print twice n.", "problem": "double"},
+    ]
+    linked.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return inline, linked, manifest
+
+
 def _config(tmp: Path) -> Path:
     rows = [json.loads(line) for line in GSM8K.read_text().splitlines()[:120]]
     (tmp / "gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     ckpt = _checkpoint(tmp / "qwen2-ckpt")
+    inline, linked, manifest = _code_datasets(tmp)
     text = f"""
 seed = 3
 steps = {STEPS}
@@ -74,6 +132,23 @@ prompt_field = "question"
 answer_field = "answer"
 answer_format = "gsm8k"
 
+[[datasets]]
+name = "code"
+path = {json.dumps(str(inline))}
+reward = "code"
+program = "whole"
+
+[[datasets]]
+name = "linked"
+path = {json.dumps(str(linked))}
+reward = "code"
+prompt_field = "statement"
+tests_manifest = {json.dumps(manifest)}
+problem_field = "problem"
+program = "whole"
+time_limit_s = 1.0
+weight = 2.0
+
 [trainer.objective]
 preset = "grpo"
 
@@ -81,7 +156,7 @@ preset = "grpo"
 lr = 1e-3
 
 [batch]
-prompts = 2
+prompts = 4
 group_size = 4
 prompts_per_unit = 2
 max_prompt_tokens = {P}
@@ -129,11 +204,17 @@ def test_a_qwen2_checkpoint_on_gsm8k_through_rlx_up(tmp_path: Path) -> None:
     units = log.unit_ids()
     assert len(units) >= STEPS
     stopped = capped = 0
+    code: dict[str, list[Any]] = {"code": [], "linked": []}
     for unit_id in units:
         record = log.get(unit_id)
         assert record is not None
         for group in record.groups:
-            row = int(group.prompt.split("/")[1])
+            dataset, row = group.prompt.split("/")[0], int(group.prompt.split("/")[1])
+            if dataset != "gsm8k":
+                code[dataset].extend((row, s) for s in group.samples)
+                continue
+            # math: compared as an answer, no tests
+            assert all(s.judgement.tests_total == 0 for s in group.samples)
             # the prompt as the chat template renders it: system turn, user turn, assistant cue
             rendered = tok.render([{"role": "user", "content": questions[row]}])
             assert rendered.startswith("<|im_start|>system\n") and rendered.endswith(
@@ -153,6 +234,31 @@ def test_a_qwen2_checkpoint_on_gsm8k_through_rlx_up(tmp_path: Path) -> None:
                     assert len(ids) == R and ids[-1] not in STOPS
                     capped += 1
     assert stopped and capped, (stopped, capped)
+
+    # the code samples reached the sandbox: code verdicts on their problem's tests
+    checked = 0
+    for dataset, samples in code.items():
+        assert samples, f"no {dataset} prompt was drawn"
+        for row, s in samples:
+            assert s.status in CODE_VERDICTS and s.reward == (1.0 if s.status == "AC" else 0.0), s
+            total = 1 if dataset == "code" else len(LINKED[row]["tests"])
+            assert s.judgement.tests_total == total
+            assert (
+                s.judgement.run_s > 0
+                or s.judgement.compile_s > 0
+                or s.status == "CE"
+                or (
+                    s.judgement.judge_s == 0  # the same program judged before: a cached verdict
+                )
+            )
+            checked += dataset == "linked" and row == 0
+    assert checked, "the problem with a checker was never judged"
+    metrics = [json.loads(line) for line in (clean / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "reward" in m]
+    keys = set().union(*steps)
+    assert {"reward/gsm8k", "reward/code", "reward/linked", "verdicts", "verifier/wait_s"} <= keys
+    assert any("verifier/run_s" in m for m in steps)
+    assert sum(sum(m["verdicts"].values()) for m in steps) == STEPS * 4 * 4  # B 4, G 4
 
     # killed without a chance to snapshot, then resumed: the same params, the same prompts
     killed = tmp_path / "killed"

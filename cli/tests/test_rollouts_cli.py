@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from rlx_cli.main import app
 from rlx_controller.rollout_log import RolloutLog
-from rlx_core.rollout import RolloutGroup, RolloutSample, RolloutUnit
+from rlx_core.rollout import Judgement, RolloutGroup, RolloutSample, RolloutUnit
 from rlx_core.storage import open_storage
 from rlx_core.tokenizer import Tokenizer, load_tokenizer
 
@@ -126,6 +126,12 @@ def test_json_rows_of_a_step_with_the_prompt_as_the_model_saw_it(run: Path, tok:
         "status": "AC",
         "finish": "stop",
         "tokens": len(answer_ids) + 1,
+        "tests_passed": 0,
+        "tests_total": 0,
+        "first_failed": None,
+        "message": "",
+        "compile_output": "",
+        "judge_s": 0.0,
     }
     assert rows[1] == {
         **common,
@@ -139,6 +145,12 @@ def test_json_rows_of_a_step_with_the_prompt_as_the_model_saw_it(run: Path, tok:
         "status": "INFRA",
         "finish": "stop",
         "tokens": 1,
+        "tests_passed": 0,
+        "tests_total": 0,
+        "first_failed": None,
+        "message": "",
+        "compile_output": "",
+        "judge_s": 0.0,
     }
     # --limit 3: the third row is the next unit's first sample
     assert (rows[2]["unit_id"], rows[2]["prompt_id"], rows[2]["sample"]) == (
@@ -175,6 +187,68 @@ def test_the_table_shows_prompt_response_and_verdicts(run: Path) -> None:
     assert "<|im_start|>user" in out and QUESTIONS[8] in out and "<|im_start|>assistant" in out
     assert "The answer is 10." in out and "The answer is 5." in out
     assert "AC" in out and "INFRA" in out and "excluded" in out
+
+
+def test_code_verdicts_show_their_tests_message_and_compiler_output(run: Path) -> None:
+    """A code unit of batch 2: a program failing the second of three tests, one that did not
+    compile, and a response without a program."""
+    log = RolloutLog(open_storage(run))
+    judged = (
+        (
+            "WA",
+            0.0,
+            Judgement(
+                message="expected '7', found '8'",
+                tests_passed=1,
+                tests_total=3,
+                first_failed=1,
+                run_s=0.05,
+            ),
+        ),
+        (
+            "CE",
+            0.0,
+            Judgement(
+                compile_output="main.cpp:1: error: 'x' was not declared",
+                tests_total=3,
+                compile_s=0.4,
+            ),
+        ),
+        ("NO_CODE", 0.0, Judgement(message="no program: no ```python block", tests_total=3)),
+    )
+    samples = tuple(
+        RolloutSample(
+            tokens=(1,),
+            logp_f32=np.full(1, -1.0, "<f4").tobytes(),
+            finish="stop",
+            text=f"response {k}",
+            status=status,
+            reward=reward,
+            judgement=j,
+        )
+        for k, (status, reward, j) in enumerate(judged)
+    )
+    unit = {"unit_id": "b00000002.r0.u0000", "batch": 2, "round": 0, "index": 0, "version": 2}
+    group = RolloutGroup(prompt="code/4", prompt_ids=(1, 2), version=2, samples=samples)
+    log.append(RolloutUnit(unit=unit, version=2, generated_tokens=3, groups=(group,)))
+
+    rows = _json_rows([str(run), "--step", "3"])
+    assert [
+        (r["status"], r["tests_passed"], r["tests_total"], r["first_failed"]) for r in rows
+    ] == [
+        ("WA", 1, 3, 1),
+        ("CE", 0, 3, None),
+        ("NO_CODE", 0, 3, None),
+    ]
+    assert rows[1]["judge_s"] == 0.4 and "not declared" in rows[1]["compile_output"]
+    result = runner.invoke(
+        app, ["rollouts", "show", str(run), "--step", "3"], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "verdicts: CE 1, NO_CODE 1, WA 1" in out
+    assert "1/3 (#1 failed)" in out and "expected '7', found '8'" in out
+    assert "'x' was not declared" in out and "no program" in out
 
 
 def test_without_a_tokenizer_the_prompts_show_as_ids(run: Path, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from rlx_cli._version import __version__
+from rlx_cli.eval_cmd import register as register_eval
 from rlx_cli.export_cmd import register as register_export
 from rlx_cli.model_cmd import model_app
 from rlx_cli.plot_cmd import register as register_plot
@@ -78,6 +79,7 @@ app.add_typer(rollouts_app, name="rollouts")
 register_up(app)
 register_plot(app)
 register_export(app)
+register_eval(app)
 app.command()(prefilter)
 app.add_typer(verifier_app, name="verifier")
 

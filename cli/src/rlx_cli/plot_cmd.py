@@ -1,6 +1,7 @@
 """`rlx plot RUN [--out PATH]`: a PNG of a run's metrics per step.
 
-Four panels from `RUN/metrics.jsonl`: the batch's mean reward, the held-out accuracy (eval steps),
+Four panels from `RUN/metrics.jsonl`: the batch's mean reward, the held-out accuracy (eval steps;
+with `[eval] samples` also each eval dataset's sampled pass@1 and pass@k),
 the sampler/trainer log-prob mismatch the trainer reports (`trainer/mismatch_mean`, `_max`, nats)
 and throughput (generated tokens/s, steps/s). Drawn with matplotlib's Agg canvas (no display, no
 pyplot state), written to `RUN/plot.png` unless `--out` says otherwise.
@@ -126,14 +127,27 @@ def _reward(ax: Any, records: list[dict[str, Any]]) -> None:
     ax.legend(loc="lower right")
 
 
+def _pass_keys(records: list[dict[str, Any]]) -> list[str]:
+    """The sampled pass@k series of the eval datasets (`eval/<name>/pass@<k>`), in name order."""
+    keys = {k for r in records for k in r if k.startswith("eval/") and "/pass@" in k}
+    return sorted(keys)
+
+
 def _heldout(ax: Any, records: list[dict[str, Any]]) -> None:
     ax.set_title("held-out accuracy (greedy)")
     xs, ys = _series(records, "heldout")
     if not xs:
         return _no_data(ax, "held-out accuracy")
-    ax.plot(xs, ys, marker="o", color="tab:green")
+    ax.plot(xs, ys, marker="o", color="tab:green", label="greedy")
     ax.set_ylim(0, 1.02)
     ax.annotate(f"{ys[-1]:.3f}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(0, 6))
+    passes = _pass_keys(records)  # with `[eval] samples` > 0: sampled pass@1 and pass@k
+    for key in passes:
+        px, py = _series(records, key)
+        ax.plot(px, py, marker=".", linestyle="--", linewidth=0.9, label=key.removeprefix("eval/"))
+    if passes:
+        ax.set_title("held-out accuracy (greedy) and pass@k (sampled)")
+        ax.legend(loc="lower right", fontsize="small")
 
 
 def _mismatch(ax: Any, records: list[dict[str, Any]]) -> None:

@@ -8,7 +8,9 @@ N - 1, whose unit ids are `b<N-1>...`; default: the newest batch logged; dynamic
 included) in unit order, and prints up to K
 samples: for each prompt its id, the weight version it was generated with and the prompt as the
 model saw it (its logged ids decoded with the run's tokenizer, special tokens kept, so the chat
-template shows), then each sample's reward, verdict, finish reason, length and response text.
+template shows), then each sample's reward, verdict, finish reason, length and response text;
+for code, the tests it passed of the prompt's, the first it failed, the verifier's message and
+the compiler's output. A line above counts the step's verdicts (every sample of the batch).
 `--json` prints one JSON object per sample and line instead, with the token ids as well.
 """
 
@@ -71,6 +73,7 @@ def _samples(log: Any, unit_ids: list[str], tok: Any) -> Iterator[dict[str, Any]
                     tok.decode(ids, skip_special_tokens=False) if tok is not None and ids else None
                 )
             for g, s in enumerate(group.samples):
+                j = s.judgement
                 yield {
                     "step": int(record.unit.get("batch", 0)) + 1,  # the step that trains it
                     "batch": record.unit.get("batch"),
@@ -87,7 +90,42 @@ def _samples(log: Any, unit_ids: list[str], tok: Any) -> Iterator[dict[str, Any]
                     "status": s.status,
                     "finish": s.finish,
                     "tokens": len(s.tokens),
+                    "tests_passed": j.tests_passed,
+                    "tests_total": j.tests_total,
+                    "first_failed": j.first_failed,
+                    "message": j.message,
+                    "compile_output": j.compile_output,
+                    "judge_s": round(j.judge_s, 6),
                 }
+
+
+def _verdict_counts(log: Any, unit_ids: list[str]) -> dict[str, int]:
+    """{status: samples} over every sample of the units (torn records skipped)."""
+    counts: dict[str, int] = {}
+    for unit_id in unit_ids:
+        record = log.get(unit_id)
+        for group in record.groups if record is not None else ():
+            for s in group.samples:
+                counts[s.status] = counts.get(s.status, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _tests_cell(row: dict[str, Any]) -> str:
+    if not row["tests_total"]:
+        return "-"
+    cell = f"{row['tests_passed']}/{row['tests_total']}"
+    if row["first_failed"] is not None:
+        cell += f" (#{row['first_failed']} failed)"
+    return cell
+
+
+def _response_cell(row: dict[str, Any]) -> Text:
+    """The response, then the verifier's message and the compiler's output, dimmed."""
+    text = Text(row["response"])
+    for extra in (row["message"], row["compile_output"]):
+        if extra:
+            text.append("\n" + extra.rstrip(), style="dim")
+    return text
 
 
 def _print_tables(console: Console, rows: list[dict[str, Any]]) -> None:
@@ -107,6 +145,7 @@ def _print_tables(console: Console, rows: list[dict[str, Any]]) -> None:
         table.add_column("verdict")
         table.add_column("finish")
         table.add_column("tokens", justify="right")
+        table.add_column("tests")
         table.add_column("response", ratio=1, overflow="fold")
         for row in rows[at:end]:
             reward = row["reward"]
@@ -116,7 +155,8 @@ def _print_tables(console: Console, rows: list[dict[str, Any]]) -> None:
                 Text(row["status"], style="green" if row["status"] == "AC" else "red"),
                 row["finish"],
                 str(row["tokens"]),
-                Text(row["response"]),
+                _tests_cell(row),
+                _response_cell(row),
             )
         prompt = first["prompt"]
         shown = (
@@ -185,4 +225,6 @@ def show(
         f"{len(rows)} samples shown (--limit {limit})",
         soft_wrap=True,
     )
+    counts = _verdict_counts(log, batches[step])
+    console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()), soft_wrap=True)
     _print_tables(console, rows)

@@ -29,11 +29,12 @@ def math_jsonl(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def code_jsonl(tmp_path: Path) -> Path:
-    """A 4-record code dataset with test links."""
+    """A 4-record code dataset with inline stdin/stdout tests."""
     path = tmp_path / "code.jsonl"
     path.write_text(
         "".join(
-            json.dumps({"question": f"print {i}", "tests": [f"sha256:{i:064x}"]}) + "\n"
+            json.dumps({"question": f"print {i}", "tests": [{"input": "", "output": f"{i}\n"}]})
+            + "\n"
             for i in range(4)
         )
     )

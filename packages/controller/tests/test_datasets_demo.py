@@ -18,6 +18,7 @@ from rlx_controller.demo import (
 )
 from rlx_controller.run_config import check_run_inputs, loads_run_config
 from rlx_controller.services import base_model_dir
+from rlx_core.clients.verifier import InlineTest
 from rlx_core.errors import ConfigError
 
 
@@ -36,9 +37,10 @@ def test_load_render_and_prefilter(tmp_path: Path, math_jsonl: Path, code_jsonl:
     math = load_dataset(cfg.datasets[0], field_path="datasets[0]")
     code = load_dataset(cfg.datasets[1], field_path="datasets[1]")
     p = math.prompt(3)
-    assert (p.id, p.text, p.answer, p.reward, p.tests) == ("m/3", "Q: 3+1= A:", "4", "math", ())
+    assert (p.id, p.text, p.answer, p.reward, p.code) == ("m/3", "Q: 3+1= A:", "4", "math", None)
     c = code.prompt(2)
-    assert c.text == "print 2" and c.tests == (f"sha256:{2:064x}",) and c.answer is None
+    assert c.text == "print 2" and c.answer is None and c.code is not None
+    assert c.code.tests == (InlineTest("", "2\n"),) and c.code.language == "python"
     # pre-filter: m keeps rows with 0 < rate < 1; c is not in the file and stays whole
     pf = tmp_path / "pass.jsonl"
     rates = {0: 0.0, 1: 0.5, 2: 1.0, 3: 0.125}

@@ -27,10 +27,11 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlx_controller.code_tasks import BadCodeRecord, CodeTask, code_task, manifest_problems
 from rlx_controller.gold_answers import gold_answer
 from rlx_controller.mixture import MixtureSource
 from rlx_controller.run_config import DatasetConfig, PrefilterConfig, RunConfig, split_uri
-from rlx_core.errors import ConfigError, InvalidArgument
+from rlx_core.errors import ConfigError, InvalidArgument, RlxError
 from rlx_core.storage import open_storage
 
 __all__ = [
@@ -62,8 +63,7 @@ class Prompt:
     chat: bool  # the dataset's chat_template: render `messages` (true) or encode `text` as is
     reward: str  # "math" or "code"
     answer: str | None  # math: the gold answer
-    tests: tuple[str, ...]  # code: links to the tests in the test-data repository
-    language: str  # code: the programs' language
+    code: CodeTask | None  # code: how its programs are judged (tests, limits, language)
     math_extractor: str
 
 
@@ -200,19 +200,23 @@ def _answer(cfg: DatasetConfig, value: Any) -> str:
     return found
 
 
-def _tests(cfg: DatasetConfig, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, (list, tuple)) and all(isinstance(t, str) for t in value):
-        return tuple(value)
-    raise _BadRecord(
-        "tests_field",
-        f"{cfg.tests_field!r} must be a test link or a list of them, got {_show(value)}",
-    )
+def _code(
+    cfg: DatasetConfig, record: Mapping[str, Any], problems: Mapping[str, Mapping[str, Any]] | None
+) -> CodeTask:
+    try:
+        return code_task(cfg, record, problems)
+    except BadCodeRecord as e:
+        raise _BadRecord(e.field, e.message) from None
 
 
-def _prompt(cfg: DatasetConfig, row: int, record: Mapping[str, Any]) -> Prompt:
-    """The prompt of `record`; _BadRecord when it does not fit the config."""
+def _prompt(
+    cfg: DatasetConfig,
+    row: int,
+    record: Mapping[str, Any],
+    problems: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Prompt:
+    """The prompt of `record` (`problems`: a code dataset's manifest); _BadRecord when it does
+    not fit the config."""
     messages: tuple[dict[str, str], ...]
     if cfg.messages_field:
         messages = _turns(record[cfg.messages_field], cfg.messages_field)
@@ -233,7 +237,7 @@ def _prompt(cfg: DatasetConfig, row: int, record: Mapping[str, Any]) -> Prompt:
     if cfg.system_prompt and all(t["role"] != "system" for t in messages):
         messages = ({"role": "system", "content": cfg.system_prompt}, *messages)
     answer = _answer(cfg, record[cfg.answer_field]) if cfg.reward == "math" else None
-    tests = _tests(cfg, record[cfg.tests_field]) if cfg.reward == "code" else ()
+    code = _code(cfg, record, problems) if cfg.reward == "code" else None
     return Prompt(
         id=f"{cfg.name}/{row}",
         dataset=cfg.name,
@@ -243,8 +247,7 @@ def _prompt(cfg: DatasetConfig, row: int, record: Mapping[str, Any]) -> Prompt:
         chat=cfg.chat_template,
         reward=cfg.reward,
         answer=answer,
-        tests=tests,
-        language=cfg.language,
+        code=code,
         math_extractor=cfg.math_extractor,
     )
 
@@ -252,9 +255,16 @@ def _prompt(cfg: DatasetConfig, row: int, record: Mapping[str, Any]) -> Prompt:
 class Dataset:
     """A loaded dataset and its config; its records hold the fields the config uses."""
 
-    def __init__(self, config: DatasetConfig, records: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(
+        self,
+        config: DatasetConfig,
+        records: Sequence[Mapping[str, Any]],
+        problems: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """`problems`: {problem id: manifest entry} of a code dataset's `tests_manifest`."""
         self.config = config
         self.records = list(records)
+        self.problems = problems
 
     @property
     def name(self) -> str:
@@ -266,7 +276,7 @@ class Dataset:
     def prompt(self, row: int) -> Prompt:
         """The prompt of record `row` (0-based among the file's records)."""
         try:
-            return _prompt(self.config, row, self.records[row])
+            return _prompt(self.config, row, self.records[row], self.problems)
         except _BadRecord as e:
             raise ConfigError(f"{self.config.path} row {row}: {e.message}", field=e.field) from None
 
@@ -279,12 +289,25 @@ def _needed(cfg: DatasetConfig) -> dict[str, str]:
         needed = {cfg.prompt_field: "prompt_field"}
     if cfg.reward == "math":
         needed.setdefault(cfg.answer_field, "answer_field")
+    elif cfg.harness_field:
+        needed.setdefault(cfg.harness_field, "harness_field")
+    elif cfg.tests_manifest:
+        needed.setdefault(cfg.problem_field, "problem_field")
     else:
         needed.setdefault(cfg.tests_field, "tests_field")
+    if cfg.reward == "code" and cfg.language_field:
+        needed.setdefault(cfg.language_field, "language_field")
     for _, name, _, _ in string.Formatter().parse(cfg.template):
         if name and name != "prompt":
             needed.setdefault(name, "template")
     return needed
+
+
+def _optional(cfg: DatasetConfig) -> tuple[str, ...]:
+    """The record fields a dataset reads when a record has them: a code row's own limits."""
+    if cfg.reward != "code":
+        return ()
+    return tuple(n for n in (cfg.time_limit_field, cfg.memory_field) if n)
 
 
 def load_dataset(cfg: DatasetConfig, *, field_path: str = "datasets") -> Dataset:
@@ -305,6 +328,7 @@ def load_dataset(cfg: DatasetConfig, *, field_path: str = "datasets") -> Dataset
         raise ConfigError(str(e), field=f"{field_path}.path", value=cfg.path) from None
     if not records:
         raise ConfigError(f"{cfg.path} holds no records", field=f"{field_path}.path")
+    problems = _manifest(cfg, field_path) if cfg.reward == "code" and cfg.tests_manifest else None
     for i, record in enumerate(records):
         where = f"{cfg.path}:{lines[i]}" if lines is not None else f"{cfg.path} row {i}"
         absent = [n for n in needed if n not in record]
@@ -324,12 +348,27 @@ def load_dataset(cfg: DatasetConfig, *, field_path: str = "datasets") -> Dataset
                 value=null[0],
             )
         try:
-            _prompt(cfg, i, record)
+            _prompt(cfg, i, record, problems)
         except _BadRecord as e:
             raise ConfigError(f"{where}: {e.message}", field=f"{field_path}.{e.field}") from None
         if len(record) > len(needed):
-            records[i] = {n: record[n] for n in needed}
-    return Dataset(cfg, records)
+            records[i] = {n: record[n] for n in (*needed, *_optional(cfg)) if n in record}
+    return Dataset(cfg, records, problems)
+
+
+def _manifest(cfg: DatasetConfig, field_path: str) -> dict[str, Mapping[str, Any]]:
+    """The problems of a code dataset's `tests_manifest`, read once at start."""
+    field = f"{field_path}.tests_manifest"
+    try:
+        manifest = json.loads(_read(cfg.tests_manifest))
+    except RlxError as e:  # not found, unreadable
+        raise ConfigError(str(e), field=field, value=cfg.tests_manifest) from None
+    except ValueError as e:
+        raise ConfigError(f"{cfg.tests_manifest}: not JSON: {e}", field=field) from None
+    try:
+        return manifest_problems(manifest, cfg.tests_manifest)
+    except ValueError as e:
+        raise ConfigError(str(e), field=field, value=cfg.tests_manifest) from None
 
 
 def load_prefilter(uri: str) -> dict[str, dict[int, float]]:

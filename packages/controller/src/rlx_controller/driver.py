@@ -37,11 +37,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
+from rlx_controller.code_tasks import no_code_result
 from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilter, mixture_sources
+from rlx_controller.evaluation import EvalSample, evaluate_version, metric_fields
 from rlx_controller.lease import Lease
 from rlx_controller.liveness import Liveness, NotAnswering
 from rlx_controller.metrics import METRICS_FILE, MetricsUpload, MetricsWriter
@@ -79,6 +81,7 @@ from rlx_core.clients import (
 )
 from rlx_core.clients import WorkUnit as GenUnit
 from rlx_core.clients.paramserver import TensorSpec
+from rlx_core.clients.verifier import SampleResult
 from rlx_core.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -198,6 +201,38 @@ def _fill_arrays(
     logp[..., P:][inside] = np.concatenate(resp_logp) if resp_logp else []
     mask[..., P:][inside & scored_rows[..., None]] = 1.0
     return _Filled(tokens, valid, mask, logp, rewards, rsum, rcount, excluded, gen_tokens)
+
+
+def _judge_metrics(groups: Sequence[RolloutGroup], records: Sequence[RolloutUnit]) -> dict:
+    """A batch's rewards per dataset (`reward/<name>`, the mean over its scored samples) and
+    verdicts (`verdicts`: {status: samples}) over the groups it trains on, and what judging
+    cost: the verifier's mean wall seconds per code sample compiling, running and checking
+    (`verifier/compile_s`, `/run_s`, `/check_s`; 0 for a cached verdict), and the seconds the
+    controller waited on it for the batch's units (`verifier/wait_s`)."""
+    rewards: dict[str, list[float]] = {}
+    verdicts: dict[str, int] = {}
+    costs = np.zeros(3)
+    judged = 0
+    for group in groups:
+        scored = rewards.setdefault(group.prompt.rpartition("/")[0], [])
+        for s in group.samples:
+            verdicts[s.status] = verdicts.get(s.status, 0) + 1
+            if s.reward is not None:
+                scored.append(s.reward)
+            j = s.judgement
+            if j.tests_total:  # a code sample
+                costs += (j.compile_s, j.run_s, j.check_s)
+                judged += 1
+    out: dict[str, Any] = {
+        f"reward/{name}": float(np.mean(values)) if values else float("nan")
+        for name, values in sorted(rewards.items())
+    }
+    out["verdicts"] = dict(sorted(verdicts.items()))
+    if judged:
+        for name, total in zip(("compile_s", "run_s", "check_s"), costs, strict=True):
+            out[f"verifier/{name}"] = float(total / judged)
+    out["verifier/wait_s"] = float(sum(r.verify_s for r in records))
+    return out
 
 
 def _uniform(group: RolloutGroup) -> bool:
@@ -521,21 +556,35 @@ class Driver:
 
     def _verify_rollouts(
         self, unit_id: str, prompts: Sequence[Prompt], texts: Sequence[str], key: int
-    ) -> list[Any]:
-        """The verifier's verdict on every response of a unit: texts[i * G + g] answers
-        prompts[i] (math answers against each prompt's gold)."""
+    ) -> list[SampleResult]:
+        """The verdict on every response of a unit: texts[i * G + g] answers prompts[i]. A
+        math prompt's response is compared with its gold answer; a code prompt's program (its
+        dataset's `program` rule) is run against its tests in the verifier's sandbox, and a
+        response without one scores 0 as NO_CODE without reaching the verifier."""
         G = len(texts) // len(prompts)
-        samples = [
-            VerifySample.math(
-                f"{unit_id}/{i}/{g}",
-                texts[i * G + g],
-                p.answer or "",
-                extractor=p.math_extractor,
-            )
-            for i, p in enumerate(prompts)
-            for g in range(G)
-        ]
-        return self._verify(samples, key)
+        results: list[SampleResult | None] = []
+        samples: list[VerifySample] = []
+        slots: list[int] = []
+        for i, p in enumerate(prompts):
+            for g in range(G):
+                sample_id, text = f"{unit_id}/{i}/{g}", texts[i * G + g]
+                if p.code is None:
+                    sample: VerifySample | None = VerifySample.math(
+                        sample_id, text, p.answer or "", extractor=p.math_extractor
+                    )
+                else:
+                    sample = p.code.sample(sample_id, text)
+                if sample is None:
+                    assert p.code is not None
+                    results.append(no_code_result(sample_id, p.code.language, p.code.program))
+                    continue
+                slots.append(len(results))
+                results.append(None)
+                samples.append(sample)
+        if samples:
+            for k, verdict in zip(slots, self._verify(samples, key), strict=True):
+                results[k] = verdict
+        return cast(list[SampleResult], results)  # every slot is filled now
 
     def _verify(self, samples: list[VerifySample], key: int) -> list[Any]:
         i = key % len(self.verifiers)
@@ -594,7 +643,9 @@ class Driver:
         """Verify a generated unit's rollouts and append them to the rollout log."""
         prompts = [self._prompt(ref.dataset, ref.row) for ref in unit.prompts]
         texts = self._decode(result.rollouts)
+        t0 = time.monotonic()
         verdicts = self._verify_rollouts(unit.unit_id, prompts, texts, unit.index)
+        verify_s = time.monotonic() - t0
         record = RolloutUnit.of(
             unit.to_dict(),
             prompts=[ref.id for ref in unit.prompts],
@@ -604,6 +655,8 @@ class Driver:
             result=result,
             texts=texts,
             verdicts=verdicts,
+            tests_total=[p.code.total_tests if p.code else 0 for p in prompts],
+            verify_s=verify_s,
         )
         return self.rollouts.append(record, known_absent=unit.unit_id not in self._logged)
 
@@ -656,6 +709,7 @@ class Driver:
             "staleness": b - min((g.version for g in sel.accepted), default=b),
             "gen_tokens": gen_tokens,
             "prompt_ids": [groups[g].prompt for g in sel.accepted],
+            "metrics": _judge_metrics(groups_in, records),
         }
         return batch, info
 
@@ -687,43 +741,32 @@ class Driver:
         return {"refill_prompts": used, "refill_rounds": rounds, "refill_gen_tokens": gen_tokens}
 
     # --- evaluation -------------------------------------------------------------------------
-    def evaluate(self, version: int) -> float | None:
-        """Greedy held-out accuracy of `version` through the inference workers."""
+    def evaluate(self, version: int) -> dict[str, float | None] | None:
+        """The held-out figures of `version` through the inference workers, as metrics-line
+        fields (`rlx_controller.evaluation.metric_fields`): `heldout` (greedy accuracy over all
+        eval datasets), per dataset `eval/<name>/greedy` and, with `eval.samples` > 0, its
+        pass@1, pass@k and avg@k. None without eval datasets."""
         if not self.eval_sets:
             return None
-        correct, total = 0, 0
-        for ds in self.eval_sets:
-            rows = self.eval_ids.fitting(ds.name)
-            n = (
-                len(rows)
-                if not self.cfg.eval.max_prompts
-                else min(len(rows), self.cfg.eval.max_prompts)
+        samples = evaluate_version(self, version, samples=self.cfg.eval.samples)
+        return metric_fields(samples, self.cfg.eval.samples)
+
+    def evaluate_model(self, *, samples: int = 0) -> list[EvalSample]:
+        """`rlx eval`: start the services, load `[model] path` as version 0, and return its
+        `EvalSample`s on the eval datasets (a greedy answer per prompt and `samples` sampled
+        ones); the services stop at the end."""
+        cfg = self.cfg
+        try:
+            self._start_services()
+            self._call(
+                lambda: self.trainer.init(seed=cfg.seed, hf_dir=cfg.model.path), "trainer init"
             )
-            rows = rows[:n]
-            prompts = [ds.prompt(r) for r in rows]
-            per = -(-n // len(self.workers))
-            chunks = [prompts[i : i + per] for i in range(0, n, per)]
-
-            def one(k: int, chunk: list[Prompt], name: str = ds.name) -> int:
-                unit = GenUnit(
-                    unit_id=f"eval.v{version}.{name}.{k}",
-                    version=version,
-                    prompts=tuple(self.eval_ids.ids(name, p.row) for p in chunk),
-                    samples_per_prompt=1,
-                    sampling=Sampling(greedy=True),
-                    seeds=tuple(range(len(chunk))),
-                    max_new_tokens=self.R,
-                    stop_token_ids=self.tokenizer.stop_ids,
-                )
-                res = self._generate(k, unit)
-                texts = self._decode(res.rollouts)
-                verdicts = self._verify_rollouts(unit.unit_id, chunk, texts, k)
-                return sum(1 for v in verdicts if (v.score or 0) >= 1.0)
-
-            with ThreadPoolExecutor(len(chunks)) as pool:
-                correct += sum(pool.map(one, range(len(chunks)), chunks))
-            total += n
-        return correct / total if total else None
+            self.progress.phase = "evaluating"
+            return evaluate_version(self, 0, samples=samples, log=self.log)
+        finally:
+            self._close_clients()
+            if self.services is not None:
+                self.services.stop()
 
     # --- pre-filtering ------------------------------------------------------------------------
     def prefilter(self, out: str, *, samples: int = 0, limit: int = 0) -> dict[str, Any]:
@@ -1078,10 +1121,11 @@ class Driver:
         before: float | None = totals.get("heldout_before")
         if snap is None and self.eval_sets:
             self.progress.phase = "evaluating"
-            acc0 = self.evaluate(0) or 0.0
+            figures0 = self.evaluate(0) or {}
+            acc0 = figures0.get("heldout") or 0.0
             before = acc0
             self.log(f"held-out accuracy at step 0: {acc0:.3f}")
-            self._metrics_line({"step": 0, "heldout": acc0})
+            self._metrics_line({"step": 0, **figures0, "heldout": acc0})
             self.progress.heldout[0] = acc0
         if before is not None:
             totals["heldout_before"] = before
@@ -1183,6 +1227,7 @@ class Driver:
                     "groups": info["groups"],
                     "prompt_ids": info["prompt_ids"],
                     **refill,
+                    **info["metrics"],
                     "step_s": dt,
                     "gen_tokens_per_s": p.tokens_per_s,
                     **{f"trainer/{k}": v for k, v in sorted(result.metrics.items())},
@@ -1195,11 +1240,13 @@ class Driver:
                     and (new % cfg.eval.every == 0 or new == cfg.steps)
                 ):
                     self.progress.phase = "evaluating"
-                    after = self.evaluate(new)
-                    record["heldout"] = after
+                    figures = self.evaluate(new) or {}
+                    after = figures.get("heldout")
+                    record.update(figures)
                     totals["heldout_last"] = after  # type: ignore[assignment]
                     p.heldout[new] = after  # type: ignore[assignment]
-                    self.log(f"step {new}: held-out accuracy {after:.3f}")
+                    shown = "-" if after is None else f"{after:.3f}"  # None: nothing judged
+                    self.log(f"step {new}: held-out accuracy {shown}")
                 self._metrics_line(record)
                 outstanding = [u for units in plans.values() for u in units]
                 if new == cfg.steps:

@@ -61,6 +61,19 @@ __all__ = [
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _DATASET_EXTENSIONS = (".jsonl", ".jsonl.gz", ".parquet")
+# the languages a code dataset may name (the verifier's, and their usual spellings) -> canonical
+CODE_LANGUAGES = {
+    "python": "python",
+    "py": "python",
+    "python3": "python",
+    "cpp": "cpp",
+    "c++": "cpp",
+    "cxx": "cpp",
+    "rust": "rust",
+    "rs": "rust",
+    "go": "go",
+    "java": "java",
+}
 
 
 def _at_least(owner: object, minimum: float, *names: str) -> None:
@@ -128,8 +141,33 @@ class DatasetConfig:
     # (gsm8k: the number after the final "#### ", commas removed; math: braces balanced)
     answer_format: Literal["plain", "gsm8k", "math"] = "plain"
     reward: Literal["math", "code"] = "math"  # math: answer vs gold; code: run against tests
-    tests_field: str = "tests"  # code: record field with the test links (test-data repository)
-    language: str = "python"  # code: language of the programs to judge
+    # --- code (reward = "code"); see the README's "Code datasets" ---
+    # record field of inline stdin/stdout tests: [{"input", "output"}] (or "stdin"/"answer"
+    # keys), or {"inputs": [...], "outputs": [...]}; unused with tests_manifest or harness_field
+    tests_field: str = "tests"
+    # link (path or URI) of a manifest written by `rlx verifier upload`: tests by link, with the
+    # problem's checker, comparator and limits; each record names its problem by problem_field
+    tests_manifest: str = ""
+    problem_field: str = "id"  # with tests_manifest: record field holding the problem's id
+    # record field of assert-style tests (code run after the program; AC iff it runs to its
+    # end); "" = stdin/stdout tests
+    harness_field: str = ""
+    language: str = "python"  # the programs' language: python, cpp, rust, go, java
+    language_field: str = ""  # record field naming a row's own language; "" = `language` for all
+    # where the program is in a response: "last_block" = the last fenced block of the language
+    # (```python ... ```; an untagged block counts), "whole" = the whole response
+    program: Literal["last_block", "whole"] = "last_block"
+    # how outputs are compared without a checker: exact bytes, whitespace-separated tokens, or
+    # numbers within 1e-6; "" = the manifest's choice, else tokens
+    comparator: Literal["", "exact", "tokens", "float"] = ""
+    # CPU seconds per run, for rows without their own (time_limit_field, or the manifest's
+    # problem); 0 = the verifier's default (stdin/stdout 2 s, assert 5 s)
+    time_limit_s: float = 0.0
+    memory_mb: int = 0  # MiB per run, as time_limit_s; 0 = the verifier's (256, assert 512)
+    # record field with a row's own time limit (seconds), used where a row has it; "" = none
+    time_limit_field: str = ""
+    memory_field: str = ""  # record field with a row's own memory limit (MiB), as above
+    partial_credit: bool = False  # reward = fraction of tests passed (stdin/stdout tests only)
     # math: how the verifier finds the answer in a response (rlx_verifier.extract_answer)
     math_extractor: Literal["auto", "boxed", "hash", "answer_is", "last_number"] = "auto"
     weight: float = 1.0  # relative share of prompts drawn from this dataset, > 0
@@ -183,6 +221,58 @@ class DatasetConfig:
                 'applies to math datasets only (reward = "code" has tests, not answers)',
                 field="answer_format",
                 value=self.answer_format,
+            )
+        self._check_code_fields()
+
+    # the code fields and their defaults: a math dataset must leave them as they are
+    _CODE_FIELDS: ClassVar[dict[str, object]] = {
+        "tests_manifest": "",
+        "harness_field": "",
+        "language_field": "",
+        "program": "last_block",
+        "comparator": "",
+        "time_limit_s": 0.0,
+        "memory_mb": 0,
+        "time_limit_field": "",
+        "memory_field": "",
+        "partial_credit": False,
+    }
+
+    def _check_code_fields(self) -> None:
+        if self.reward == "math":
+            for name, default in self._CODE_FIELDS.items():
+                if getattr(self, name) != default:
+                    raise ConfigError(
+                        'applies to code datasets only: set reward = "code"',
+                        field=name,
+                        value=getattr(self, name),
+                    )
+            return
+        if not (math.isfinite(self.time_limit_s) and self.time_limit_s >= 0):
+            raise ConfigError(
+                "must be a finite number of seconds >= 0 (0: the problem's or the verifier's)",
+                field="time_limit_s",
+                value=self.time_limit_s,
+            )
+        _at_least(self, 0, "memory_mb")
+        if self.language.lower() not in CODE_LANGUAGES:
+            raise ConfigError(
+                f"must be one of {', '.join(sorted(CODE_LANGUAGES))}",
+                field="language",
+                value=self.language,
+            )
+        if self.harness_field and self.tests_manifest:
+            raise ConfigError(
+                "give assert-style tests (harness_field) or a manifest of stdin/stdout tests "
+                "(tests_manifest), not both",
+                field="harness_field",
+                value=self.harness_field,
+            )
+        if self.harness_field and self.partial_credit:
+            raise ConfigError(
+                "applies to stdin/stdout tests only: an assert-style harness is one run",
+                field="partial_credit",
+                value=self.partial_credit,
             )
 
     def _check_prompt_fields(self) -> None:
@@ -422,15 +512,18 @@ class PrefilterConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class EvalConfig:
-    """Held-out evaluation (greedy accuracy), run by the controller between steps."""
+    """Held-out evaluation (greedy accuracy, and sampled pass@k), run by the controller between
+    steps."""
 
     datasets: tuple[DatasetConfig, ...] = ()  # held-out sets; empty = no evaluation
     every: int = 10  # evaluate every N steps (and at the start and the end), >= 1
     max_prompts: int = 0  # prompts per dataset, >= 0; 0 = all
+    # sampled answers per prompt (with [sampling]) for pass@1, pass@k, avg@k, >= 0; 0 = greedy only
+    samples: int = 0
 
     def __post_init__(self) -> None:
         _at_least(self, 1, "every")
-        _at_least(self, 0, "max_prompts")
+        _at_least(self, 0, "max_prompts", "samples")
 
 
 # The pools of `[provision]`, one per service kind.
@@ -861,6 +954,8 @@ def check_run_inputs(cfg: RunConfig) -> None:
     for group, items in (("datasets", cfg.datasets), ("eval.datasets", cfg.eval.datasets)):
         for i, ds in enumerate(items):
             _check_file(ds.path, f"{group}[{i}].path")
+            if ds.tests_manifest:
+                _check_file(ds.tests_manifest, f"{group}[{i}].tests_manifest")
     if "://" in cfg.model.path and not cfg.model.path.startswith("file://"):
         raise ConfigError(
             "must be a local directory (config.json + safetensors)",

@@ -1,0 +1,296 @@
+"""Code prompts: what a code dataset's record says about judging its programs, finding the
+program in a response, and the verifier sample that judges it.
+
+    task = code_task(cfg, record, manifest)          # CodeTask: tests, limits, language
+    program = extract_program(response, "python")   # the last ```python block, or None
+    sample = task.sample("u/0/1", response)          # a VerifySample, or None: no program
+
+A record is judged one of three ways (the dataset's config says which):
+
+- inline stdin/stdout tests in `tests_field`: `[{"input", "output"}]` (or `"stdin"`/`"answer"`
+  keys, as `rlx verifier upload` reads them), or `{"inputs": [...], "outputs": [...]}` (the
+  APPS/TACO layout);
+- tests by link: `tests_manifest` names a manifest written by `rlx verifier upload` and the
+  record its problem (`problem_field`); the manifest gives the links, the problem's testlib
+  checker, comparator and limits (the verifier fetches the tests; the controller never does);
+- assert style: `harness_field` holds code run after the program; AC iff it runs to its end.
+
+A response without a program (no fenced block of the language, or an unclosed one: the
+response was cut off) is never sent to the verifier: it scores 0 as `NO_CODE`, with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rlx_controller.run_config import CODE_LANGUAGES, DatasetConfig
+from rlx_core.clients.verifier import InlineTest, SampleResult, TestLink, VerifySample
+
+__all__ = [
+    "NO_CODE",
+    "BadCodeRecord",
+    "CodeTask",
+    "code_task",
+    "extract_program",
+    "manifest_problems",
+    "no_code_result",
+]
+
+NO_CODE = "NO_CODE"  # the status of a response holding no program: score 0, never judged
+
+# a fence line: three or more backticks (or tildes), then an info string (the language tag)
+_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n`]*$")
+
+
+class BadCodeRecord(Exception):
+    """A record that does not fit its code dataset's config; `field` is the config field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _blocks(text: str) -> list[tuple[str, str, bool]]:
+    """The fenced blocks of `text` in order: (tag lower-cased, body, closed)."""
+    blocks: list[tuple[str, str, bool]] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if m is None:
+            i += 1
+            continue
+        fence, tag = m.group(1), m.group(2).lower()
+        body: list[str] = []
+        j = i + 1
+        closed = False
+        while j < len(lines):
+            stripped = lines[j].strip()
+            if stripped.startswith(fence[0] * len(fence)) and not stripped.strip(fence[0]):
+                closed = True
+                break
+            body.append(lines[j])
+            j += 1
+        blocks.append((tag, "\n".join(body) + ("\n" if body else ""), closed))
+        i = j + 1
+    return blocks
+
+
+def extract_program(response: str, language: str, mode: str = "last_block") -> str | None:
+    """The program in `response`: the whole response (`mode = "whole"`), or the last closed
+    fenced block tagged with `language` (any of its spellings: ```py, ```python3) or untagged;
+    blocks tagged with another language are passed over. None: no such block."""
+    if mode == "whole":
+        return response
+    want = CODE_LANGUAGES.get(language.lower(), language.lower())
+    found: str | None = None
+    for tag, body, closed in _blocks(response):
+        if closed and (not tag or CODE_LANGUAGES.get(tag, tag) == want):
+            found = body
+    return found
+
+
+def no_code_result(sample_id: str, language: str, mode: str) -> SampleResult:
+    """The verdict of a response holding no program: scored 0, never sent to the verifier."""
+    fence = "a closed fenced block" if mode == "last_block" else "a program"
+    return SampleResult(
+        sample_id=sample_id,
+        status=NO_CODE,
+        score=0.0,
+        message=f"no program: the response has no {fence} of {language} (```{language} ... ```)",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeTask:
+    """How the programs answering one prompt are judged."""
+
+    kind: str  # "stdio" or "assert"
+    language: str  # canonical: python, cpp, rust, go, java
+    program: str  # the dataset's `program`: "last_block" or "whole"
+    tests: tuple[InlineTest, ...] = ()  # inline stdin/stdout tests
+    links: tuple[TestLink, ...] = ()  # tests by link (a manifest's problem)
+    checker: str = ""  # link of the problem's testlib checker; "" = comparator
+    comparator: str = ""  # exact, tokens, float; "" = tokens
+    harness: str = ""  # assert style: the tests, run after the program
+    time_limit_s: float = 0.0  # 0 = the verifier's default
+    memory_mb: int = 0  # 0 = the verifier's default
+    partial_credit: bool = False
+
+    @property
+    def total_tests(self) -> int:
+        """The tests a program is judged on (an assert-style harness is one)."""
+        return 1 if self.kind == "assert" else len(self.tests) + len(self.links)
+
+    def sample(self, sample_id: str, response: str) -> VerifySample | None:
+        """The verifier sample judging `response`'s program; None when it holds none."""
+        code = extract_program(response, self.language, self.program)
+        if code is None:
+            return None
+        limits: dict[str, Any] = {
+            "time_limit_s": self.time_limit_s,
+            "memory_mb": self.memory_mb,
+        }
+        if self.partial_credit:
+            limits["partial_credit"] = True
+        if self.kind == "assert":
+            return VerifySample.asserts(sample_id, self.language, code, self.harness, **limits)
+        return VerifySample(
+            sample_id=sample_id,
+            kind="stdio",
+            language=self.language,
+            code=code,
+            tests=self.tests,
+            test_links=self.links,
+            checker=self.checker,
+            comparator=self.comparator,
+            **limits,
+        )
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _text(value: Any, what: str, field: str) -> str:
+    if not isinstance(value, str):
+        raise BadCodeRecord(field, f"{what} must be a string, got {_show(value)}")
+    return value
+
+
+def _inline(cfg: DatasetConfig, value: Any) -> tuple[InlineTest, ...]:
+    name = cfg.tests_field
+    if isinstance(value, Mapping) and "inputs" in value and "outputs" in value:
+        ins, outs = value["inputs"], value["outputs"]
+        if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
+            raise BadCodeRecord(
+                "tests_field",
+                f"{name!r}: 'inputs' and 'outputs' must be lists of the same length",
+            )
+        pairs = list(zip(ins, outs, strict=True))
+    elif isinstance(value, list):
+        pairs = []
+        for k, t in enumerate(value):
+            if not isinstance(t, Mapping):
+                raise BadCodeRecord(
+                    "tests_field", f"{name!r} test {k} is not an object: {_show(t)}"
+                )
+            stdin = t.get("input", t.get("stdin"))
+            answer = t.get("output", t.get("answer"))
+            if stdin is None or answer is None:
+                raise BadCodeRecord(
+                    "tests_field",
+                    f"{name!r} test {k} needs 'input' and 'output' (or 'stdin' and 'answer'): "
+                    f"{_show(t)}",
+                )
+            pairs.append((stdin, answer))
+    else:
+        raise BadCodeRecord(
+            "tests_field",
+            f"{name!r} must be a list of {{input, output}} tests or {{inputs, outputs}}, "
+            f"got {_show(value)}",
+        )
+    if not pairs:
+        raise BadCodeRecord("tests_field", f"{name!r} holds no tests")
+    return tuple(
+        InlineTest(
+            _text(i, f"{name!r} test {k} input", "tests_field"),
+            _text(o, f"{name!r} test {k} output", "tests_field"),
+        )
+        for k, (i, o) in enumerate(pairs)
+    )
+
+
+def _limit(cfg: DatasetConfig, record: Mapping[str, Any], field: str, default: float) -> float:
+    """A row's own limit (its record field, when the config names one and the record has it,
+    not null) or `default`."""
+    name = getattr(cfg, field)
+    value = record.get(name) if name else None
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BadCodeRecord(field, f"{name!r} must be a number, got {_show(value)}")
+    if value <= 0:
+        raise BadCodeRecord(field, f"{name!r} must be > 0, got {value!r}")
+    return float(value)
+
+
+def manifest_problems(manifest: Mapping[str, Any], where: str) -> dict[str, Mapping[str, Any]]:
+    """{problem id: entry} of a manifest written by `rlx verifier upload`; ValueError naming
+    `where` when it is not one."""
+    problems = manifest.get("problems") if isinstance(manifest, Mapping) else None
+    if not isinstance(problems, list):
+        raise ValueError(f"{where} is not a manifest of `rlx verifier upload` (no 'problems')")
+    table: dict[str, Mapping[str, Any]] = {}
+    for k, p in enumerate(problems):
+        tests = p.get("tests") if isinstance(p, Mapping) else None
+        if not isinstance(tests, list) or not all(
+            isinstance(t, Mapping) and isinstance(t.get("input"), str) and "answer" in t
+            for t in tests
+        ):
+            raise ValueError(f"{where}: problem {k} has no list of test links")
+        table[str(p.get("id", k))] = p
+    return table
+
+
+def code_task(
+    cfg: DatasetConfig,
+    record: Mapping[str, Any],
+    problems: Mapping[str, Mapping[str, Any]] | None = None,
+) -> CodeTask:
+    """How `record`'s programs are judged (`problems`: the dataset's manifest, when it has
+    one); BadCodeRecord naming the config field when the record does not fit."""
+    language = cfg.language
+    if cfg.language_field:
+        language = _text(record[cfg.language_field], repr(cfg.language_field), "language_field")
+        if language.lower() not in CODE_LANGUAGES:
+            raise BadCodeRecord(
+                "language_field",
+                f"{cfg.language_field!r} is {language!r}, not one of "
+                f"{', '.join(sorted(set(CODE_LANGUAGES.values())))}",
+            )
+    base = CodeTask(
+        kind="stdio",
+        language=CODE_LANGUAGES[language.lower()],
+        program=cfg.program,
+        time_limit_s=_limit(cfg, record, "time_limit_field", cfg.time_limit_s),
+        memory_mb=int(_limit(cfg, record, "memory_field", cfg.memory_mb)),
+        partial_credit=cfg.partial_credit,
+        comparator=cfg.comparator,
+    )
+    if cfg.harness_field:
+        harness = _text(record[cfg.harness_field], repr(cfg.harness_field), "harness_field")
+        if not harness.strip():
+            raise BadCodeRecord("harness_field", f"{cfg.harness_field!r} is empty")
+        return replace(base, kind="assert", harness=harness)
+    if cfg.tests_manifest:
+        assert problems is not None, "a dataset with tests_manifest is loaded with its manifest"
+        pid = record[cfg.problem_field]
+        if isinstance(pid, bool) or not isinstance(pid, (str, int)):
+            raise BadCodeRecord(
+                "problem_field", f"{cfg.problem_field!r} must be a string or integer id"
+            )
+        entry = problems.get(str(pid))
+        if entry is None:
+            raise BadCodeRecord(
+                "problem_field",
+                f"{cfg.problem_field!r} = {pid!r} is not a problem of {cfg.tests_manifest}",
+            )
+        # a row's own limits win over its problem's, the problem's over the dataset's
+        t = _limit(cfg, record, "time_limit_field", 0.0) or float(entry.get("time_limit_s") or 0)
+        m = int(_limit(cfg, record, "memory_field", 0)) or int(entry.get("memory_mb") or 0)
+        return replace(
+            base,
+            links=tuple(TestLink(str(x["input"]), str(x["answer"])) for x in entry["tests"]),
+            checker=str(entry.get("checker") or ""),
+            comparator=cfg.comparator or str(entry.get("comparator") or ""),
+            time_limit_s=t or cfg.time_limit_s,
+            memory_mb=m or cfg.memory_mb,
+        )
+    return replace(base, tests=_inline(cfg, record[cfg.tests_field]))
