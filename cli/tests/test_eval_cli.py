@@ -73,6 +73,16 @@ def test_step_with_no_checkpoint(tmp_path: Path) -> None:
     assert not list(ev.glob(".export-*"))
 
 
+def test_example_is_a_known_one_and_alone(tmp_path: Path) -> None:
+    work = ["--run-dir", str(tmp_path / "ev")]
+    assert _fails(["--example", "chess", *work]) == (
+        "rlx: InvalidArgument: --example 'chess': one of addition, code"
+    )
+    assert _fails(["--example", "code", "--run", str(tmp_path), *work]) == (
+        "rlx: InvalidArgument: --example evaluates a built-in example: not with CONFIG or --run"
+    )
+
+
 def test_negative_samples_in_the_config(tmp_path: Path) -> None:
     line = _fails(["--set", "eval.samples=-1", "--run-dir", str(tmp_path / "ev")])
     assert line == "rlx: ConfigError: eval.samples: must be >= 0"

@@ -102,3 +102,29 @@ def test_resume_or_up_on_a_run_another_controller_holds_is_refused_naming_it(
     assert not (run / "services.json").exists()
     assert up.exit_code == 1 and f"{run} is being run by host {me.host}" in up.output
     assert (run / "config.toml").read_text() == config  # the live run's config untouched
+
+
+def test_example_must_be_a_known_one_and_come_without_a_config(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    for cmd in (["up"], ["prefilter"]):
+        result = CliRunner().invoke(app, [*cmd, "--example", "chess", "--run-dir", str(run)])
+        assert result.exit_code == 1 and "--example 'chess'" in result.output, result.output
+        assert "addition, code" in result.output
+    config = _config(tmp_path, str(run))
+    result = CliRunner().invoke(app, ["up", str(config), "--example", "code"])
+    assert result.exit_code == 1 and "not both" in result.output, result.output
+    assert not run.exists()
+
+
+def test_the_code_example_config_is_a_code_dataset_on_its_own_model(tmp_path: Path) -> None:
+    """`rlx up --example code` trains on the code example's own data and base model, its
+    programs judged as code (nothing of the addition demo)."""
+    from rlx_cli.up_cmd import _load_config
+    from rlx_controller.code_demo import code_model_dir
+    from rlx_controller.rundir import RunPaths
+
+    cfg = _load_config(None, RunPaths.of(tmp_path / "run"), [], "code")
+    assert cfg.model.path == str(code_model_dir())
+    for ds in (*cfg.datasets, *cfg.eval.datasets):
+        assert ds.reward == "code" and ds.language == "python" and ds.program == "last_block"
+        assert Path(ds.path).is_file()

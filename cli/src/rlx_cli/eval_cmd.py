@@ -1,6 +1,7 @@
 """`rlx eval`: a checkpoint's figures on a config's eval datasets, through the same services.
 
 rlx eval                                          # the built-in demo's base model
+rlx eval --example code --samples 8               # the built-in code example's base model
 rlx eval --model DIR --samples 8                  # an HF checkpoint directory, pass@8
 rlx eval --run runs/r1 --step 600 --samples 8     # a run's trainer checkpoint (its config)
 rlx eval CONFIG.toml --model DIR --json --out samples.jsonl
@@ -58,15 +59,24 @@ def _run_config_text(run: str) -> str:
     return read_text(paths.storage, CONFIG_FILE)
 
 
-def _config(config: str | None, run: str | None, work: Path, overrides: list[str]) -> RunConfig:
-    """CONFIG; without it, the run's own config with --run, else the built-in demo's."""
-    from rlx_cli.up_cmd import _load_config, _paths
+def _config(
+    config: str | None, run: str | None, work: Path, overrides: list[str], example: str | None
+) -> RunConfig:
+    """CONFIG; without it, the run's own config with --run, else the built-in example's."""
+    from rlx_cli.up_cmd import EXAMPLES, _load_config, _paths
     from rlx_controller.run_config import loads_run_config
 
+    if example is not None:
+        if example not in EXAMPLES:
+            raise InvalidArgument(f"--example {example!r}: one of {', '.join(EXAMPLES)}")
+        if config is not None or run is not None:
+            raise InvalidArgument(
+                "--example evaluates a built-in example: not with CONFIG or --run"
+            )
     if config is None and run is not None:
         sets = (f"run_dir={work}", *overrides)
         return loads_run_config(_run_config_text(run), overrides=sets)
-    return _load_config(config, _paths(work, None), overrides)
+    return _load_config(config, _paths(work, None), overrides, example or "addition")
 
 
 def _run_base_model(run: str, cfg: RunConfig, config: str | None) -> str:
@@ -188,6 +198,11 @@ def eval_command(
     run_dir: Path = typer.Option(
         Path("rlx-eval"), "--run-dir", help="Where the services keep their logs."
     ),
+    example: str | None = typer.Option(
+        None,
+        "--example",
+        help="Without CONFIG: the built-in example's config, addition (default) or code.",
+    ),
 ) -> None:
     """Greedy accuracy, pass@1, pass@K, avg@K, response length and verdict counts of a checkpoint
     on each eval dataset, through the same services as training."""
@@ -199,7 +214,7 @@ def eval_command(
     _check_options(run, step, model)
     work = run_dir.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    cfg = _config(config, run, work, overrides)
+    cfg = _config(config, run, work, overrides, example)
     if not cfg.eval.datasets:
         raise InvalidArgument("the config has no [[eval.datasets]] to evaluate on")
     k = cfg.eval.samples if samples is None else samples

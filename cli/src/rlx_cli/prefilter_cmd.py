@@ -1,6 +1,7 @@
 """`rlx prefilter`: the base model's pass rate on every training prompt, for `prefilter.file`.
 
 rlx prefilter                                     # the built-in demo's datasets
+rlx prefilter --example code                      # the built-in code example's
 rlx prefilter CONFIG.toml --out rates.jsonl --samples 8 --limit 500
 """
 
@@ -34,20 +35,28 @@ def prefilter(
     ),
     limit: int = typer.Option(0, "--limit", min=0, help="First N prompts per dataset; 0 = all."),
     overrides: list[str] = typer.Option([], "--set", help="KEY=VALUE override of the config."),
+    example: str | None = typer.Option(
+        None, "--example", help="The built-in example without CONFIG: addition (default) or code."
+    ),
 ) -> None:
     """Sample answers per training prompt with the base model and write each prompt's pass rate.
 
     A run config then keeps only prompts of partial success with
     `prefilter.file = "<out>"`, `prefilter.min_pass_rate`, `prefilter.max_pass_rate`.
     """
-    from rlx_cli.up_cmd import _load_config, _paths
+    from rlx_cli.up_cmd import EXAMPLES, _load_config, _paths
     from rlx_controller.driver import Driver
 
+    if example is not None and (example not in EXAMPLES or config is not None):
+        typer.echo(
+            f"rlx: --example {example!r}: one of {', '.join(EXAMPLES)}, without CONFIG", err=True
+        )
+        raise typer.Exit(1)
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     out = out or str(run_dir / "prefilter.jsonl")
     try:
-        cfg = _load_config(config, _paths(run_dir, None), overrides)
+        cfg = _load_config(config, _paths(run_dir, None), overrides, example or "addition")
         # the pre-filter being computed must not filter the datasets it reads
         cfg = dataclasses.replace(cfg, prefilter=dataclasses.replace(cfg.prefilter, file=""))
         driver = Driver(cfg, run_dir, log=lambda m: print(m, file=sys.stderr, flush=True))

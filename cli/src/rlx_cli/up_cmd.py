@@ -1,6 +1,7 @@
 """`rlx up`, `rlx resume`, `rlx status`, `rlx down`: run the whole system on this machine.
 
 rlx up                                  # the built-in demo (2-digit addition), run dir ./rlx-run
+rlx up --example code                   # the built-in code example (Python programs, sandboxed)
 rlx up CONFIG.toml --run-dir DIR --set steps=50
 rlx up CONFIG.toml --run-dir s3://bucket/runs/r1 [--work-dir DIR]
 rlx resume RUN                          # continue from the newest snapshot that verifies
@@ -56,7 +57,15 @@ def _paths(run_dir: str | Path, work_dir: Path | None) -> RunPaths:
         _fail(str(e))
 
 
-def _load_config(config: str | None, paths: RunPaths, overrides: list[str]) -> Any:
+def _load_config(
+    config: str | None, paths: RunPaths, overrides: list[str], example: str = "addition"
+) -> Any:
+    from rlx_controller.code_demo import (
+        CODE_TASK,
+        code_demo_config,
+        code_model_dir,
+        write_code_jsonl,
+    )
     from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
     from rlx_controller.run_config import load_run_config, loads_run_config
     from rlx_controller.services import base_model_dir
@@ -65,11 +74,17 @@ def _load_config(config: str | None, paths: RunPaths, overrides: list[str]) -> A
 
     sets = [f"run_dir={paths.uri}", *overrides]
     if config is None:
-        train, heldout = write_addition_jsonl(paths.work / "data", DEMO_TASK)
+        if example == "code":
+            train, heldout = write_code_jsonl(paths.work / "data", CODE_TASK)
+        else:
+            train, heldout = write_addition_jsonl(paths.work / "data", DEMO_TASK)
         if paths.remote:  # the data goes with the run, so a resume elsewhere finds it
             for local in (train, heldout):
                 paths.storage.put_file(f"data/{local.name}", local)
-        base = demo_config(paths.uri, join_uri(paths.uri, "data"), base_model_dir())
+        if example == "code":
+            base = code_demo_config(paths.uri, join_uri(paths.uri, "data"), code_model_dir())
+        else:
+            base = demo_config(paths.uri, join_uri(paths.uri, "data"), base_model_dir())
         return loads_run_config(to_toml(base, comments=False), overrides=sets)
     return load_run_config(config, overrides=tuple(sets))
 
@@ -187,6 +202,7 @@ def _finish(summary: Any, paths: RunPaths) -> None:
 
 
 RUN_HELP = "The run directory: a path, or s3://bucket/prefix, gs://bucket/prefix."
+EXAMPLES = ("addition", "code")
 WORK_DIR_HELP = (
     "This machine's files of a remote run (logs, pid files, token); default "
     "~/.cache/rlx/runs/<scheme>/<bucket>/<prefix>. A local run directory is its own."
@@ -210,6 +226,12 @@ def up(
         "config's \\[provision] table (provisioned first, as `rlx provision apply` does); "
         "default: the config's services.provider (local).",
     ),
+    example: str | None = typer.Option(
+        None,
+        "--example",
+        help="The built-in example to run without CONFIG: addition (the demo, the default) or "
+        "code (Python programs run in the sandbox on hidden tests).",
+    ),
 ) -> None:
     """Start every service and train (the built-in demo without CONFIG)."""
     from rlx_controller.lease import read_holder
@@ -217,6 +239,10 @@ def up(
     from rlx_controller.snapshot import SnapshotStore
     from rlx_core.config import to_toml
 
+    if example is not None and example not in EXAMPLES:
+        _fail(f"--example {example!r}: one of {', '.join(EXAMPLES)}")
+    if example is not None and config is not None:
+        _fail("--example runs a built-in example: give it or CONFIG, not both")
     if provider is not None:
         if provider not in PROVIDERS:
             _fail(f"--provider {provider!r}: one of {', '.join(PROVIDERS)}")
@@ -240,7 +266,7 @@ def up(
         cfg = _load_config(config, paths, overrides) if config is not None else None
         paths.make_work_dir()
         if cfg is None:
-            cfg = _load_config(config, paths, overrides)
+            cfg = _load_config(config, paths, overrides, example or "addition")
         paths.storage.put(CONFIG_FILE, to_toml(cfg, comments=False).encode())
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
@@ -403,6 +429,18 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
     heldout = {
         str(r["step"]): r["heldout"] for r in records if isinstance(r.get("heldout"), (int, float))
     }
+    # the newest evaluation's per-dataset figures (eval/<name>/greedy, pass@1, pass@k, avg@k)
+    evals = [r for r in records if any(k.startswith("eval/") for k in r)]
+    newest_eval = (
+        {
+            "step": evals[-1]["step"],
+            "figures": {
+                k.removeprefix("eval/"): v for k, v in evals[-1].items() if k[:5] == "eval/"
+            },
+        }
+        if evals
+        else None
+    )
     snap = SnapshotStore(paths.storage).latest()
     holder = read_holder(paths.storage)
     pid = _controller_pid(run)
@@ -419,6 +457,7 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
         "steps": steps,
         "reward": last.get("reward"),
         "heldout": heldout,
+        "eval": newest_eval,
         "staleness": staleness,
         **_eta(trained, steps),
         "last_snapshot": None
@@ -438,6 +477,22 @@ def _hms(seconds: float | None) -> str:
     m, s = divmod(round(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def _eval_figures(figures: dict[str, float | None]) -> str:
+    """One line per eval dataset: "NAME greedy 0.968, pass@1 0.951, pass@8 0.998, avg@8 0.951"."""
+    by_ds: dict[str, list[str]] = {}
+    order = {"greedy": 0, "pass@1": 1}  # then pass@k, then avg@k
+
+    def rank(key: str) -> tuple[str, int]:
+        name, _, what = key.rpartition("/")
+        return name, order.get(what, 2 if what.startswith("pass@") else 3)
+
+    for key, value in sorted(figures.items(), key=lambda kv: rank(kv[0])):
+        name, _, what = key.rpartition("/")
+        shown = f"{value:.3f}" if isinstance(value, (int, float)) else "-"
+        by_ds.setdefault(name, []).append(f"{what} {shown}")
+    return "\n".join(f"{name}: {', '.join(parts)}" for name, parts in by_ds.items())
 
 
 def status(
@@ -482,6 +537,8 @@ def status(
         table.add_row("reward", f"{out['reward']:.3f}")
     heldout = sorted(out["heldout"].items(), key=lambda kv: int(kv[0]))
     table.add_row("held-out", ", ".join(f"{k}: {v:.3f}" for k, v in heldout[-6:]) or "-")
+    if out["eval"] is not None:
+        table.add_row(f"eval (step {out['eval']['step']})", _eval_figures(out["eval"]["figures"]))
     hist = sorted(out["staleness"].items(), key=lambda kv: int(kv[0]))
     table.add_row("staleness", ", ".join(f"{k}: {v} steps" for k, v in hist) or "-")
     snap = out["last_snapshot"]
