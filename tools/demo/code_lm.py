@@ -34,8 +34,8 @@ from rlx_controller.code_demo import (
     ArithCodeTask,
     ArithProblem,
     code_token_counts,
-    last_python_block,
 )
+from rlx_controller.code_tasks import extract_program
 from rlx_core.tokenizer import Tokenizer
 from rlx_model import ModelConfig
 from rlx_verifier import TestCase, Verifier
@@ -105,7 +105,7 @@ class Judge:
         self._threads = ThreadPoolExecutor(self.verifier.workers)
 
     def verdict(self, response: str, problem: ArithProblem) -> str:
-        program = last_python_block(response)
+        program = extract_program(response, "python")
         if program is None:
             return NO_CODE
         tests = [TestCase(stdin=t["input"], answer=t["output"]) for t in problem.tests()]

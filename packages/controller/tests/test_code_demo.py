@@ -16,9 +16,9 @@ from rlx_controller.code_demo import (
     code_demo_config,
     code_model_dir,
     code_splits,
-    last_python_block,
     write_code_jsonl,
 )
+from rlx_controller.code_tasks import extract_program
 from rlx_core.tokenizer import load_tokenizer
 from rlx_verifier import TestCase, Verifier
 from rlx_verifier.config import JudgeConfig
@@ -106,17 +106,10 @@ def test_task_checks_its_fields() -> None:
         CODE_TASK.problem(CODE_TASK.num_problems)
 
 
-def test_last_python_block() -> None:
-    assert last_python_block("```python\nprint(1)\n```") == "print(1)\n"
-    assert last_python_block("```python\nx\n```\ntext\n```python\ny\n```") == "y\n"
-    assert last_python_block("print(1)") is None
-    assert last_python_block("```python\nprint(1)\n") is None  # never closed
-
-
 def test_reference_programs_pass_their_hidden_tests(verifier: Verifier) -> None:
     _, heldout = code_splits(CODE_TASK)
     for p in [*heldout[:6], CODE_TASK.problem(0)]:
-        program = last_python_block(p.response())
+        program = extract_program(p.response(), "python")
         assert program is not None
         assert _judge(verifier, program, p) == "AC", p.expression
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,14 +55,12 @@ __all__ = [
     "code_model_dir",
     "code_splits",
     "code_token_counts",
-    "last_python_block",
     "write_code_jsonl",
 ]
 
 VARIABLES = ("a", "b", "c")
 CONSTANTS = tuple(range(2, 10))
 OPERATORS = ("+", "-", "*")
-_FENCE = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,12 +205,6 @@ def write_code_jsonl(directory: str | Path, task: ArithCodeTask) -> tuple[Path, 
         tmp.write_text("".join(json.dumps(p.record()) + "\n" for p in problems))
         tmp.replace(path)
     return paths
-
-
-def last_python_block(response: str) -> str | None:
-    """The body of the last closed ```python block of `response`, or None when it has none."""
-    blocks = _FENCE.findall(response)
-    return blocks[-1] if blocks else None
 
 
 def code_model_dir() -> Path:
