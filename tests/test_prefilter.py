@@ -57,3 +57,26 @@ def test_prefilter_writes_pass_rates_a_config_can_keep(tmp_path: Path) -> None:
     kept = [r["row"] for r in records if 0 < r["pass_rate"] < 1]
     assert list(sources[0].rows) == kept
     assert f"{len(kept)} with 0.0 < pass rate < 1.0" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_prefilter_scores_code_prompts_in_the_sandbox(tmp_path: Path) -> None:
+    """The code example's base model: its programs run against each problem's hidden test."""
+    out = tmp_path / "rates.jsonl"
+    args = ["--example", "code", "--run-dir", str(tmp_path / "pf"), "--out", str(out)]
+    proc = subprocess.run(
+        [*CLI, "prefilter", *args, "--limit", "8", "--samples", "4"],
+        capture_output=True,
+        text=True,
+        timeout=360,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["row"] for r in records] == list(range(8))
+    assert {r["dataset"] for r in records} == {"arith-code"}
+    assert all(r["scored"] == 4 and r["pass_rate"] in (0, 0.25, 0.5, 0.75, 1) for r in records)
+    # the base model writes the right loop about a third of the time (sampled pass@1 0.36)
+    assert 0 < sum(r["pass_rate"] for r in records) < len(records)
