@@ -38,7 +38,9 @@ class JudgeConfig:
     # ships (a dependency: pip alone gives a sandbox)
     sandbox_bwrap: str = ""
     infra_retries: int = 2  # extra attempts after an INFRA verdict before reporting it, >= 0
-    partial_credit: bool = False  # score = fraction of passed tests instead of all-or-nothing
+    # score = fraction of passed tests instead of all-or-nothing, for every stdin/stdout sample
+    # (a sample can ask for it alone: VerifySample.partial_credit, a dataset's partial_credit)
+    partial_credit: bool = False
     stop_on_first_failure: bool = True  # skip the remaining tests once one fails (no partial)
     output_mb: int = 16  # largest program output, MiB, >= 1
     # Caps on what one request may ask for (a sample over one is ERROR, InvalidArgument):
