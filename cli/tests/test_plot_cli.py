@@ -118,3 +118,28 @@ def test_plot_is_in_the_help_and_loads_no_jax() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert " plot " in out and "no jax" in out
+
+
+def test_a_mixed_run_draws_each_datasets_reward(tmp_path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    from rlx_cli.plot_cmd import _reward
+
+    nan = float("nan")
+    records = [
+        {"step": s, "reward": 0.5, "reward/gsm8k": 0.25, "reward/code": nan if s == 2 else 0.75}
+        for s in (1, 2, 3)
+    ]
+    ax = Figure().add_subplot()
+    _reward(ax, records)
+    assert ax.get_legend_handles_labels()[1] == ["per step", "trailing mean", "code", "gsm8k"]
+    code = ax.get_lines()[2]
+    assert list(code.get_xdata()) == [1, 3]  # the step with no scored code sample is skipped
+    ax = Figure().add_subplot()
+    _reward(ax, [{"step": 1, "reward": 0.5, "reward/addition": 0.5}])  # one dataset: the mean
+    assert ax.get_legend_handles_labels()[1] == ["per step", "trailing mean"]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = runner.invoke(app, ["plot", str(run)])
+    assert result.exit_code == 0, result.output

@@ -1,6 +1,7 @@
 """`rlx plot RUN [--out PATH]`: a PNG of a run's metrics per step.
 
-Four panels from `RUN/metrics.jsonl`: the batch's mean reward, the held-out accuracy (eval steps;
+Four panels from `RUN/metrics.jsonl`: the batch's mean reward (in a run mixing datasets, each
+dataset's too, `reward/<name>`), the held-out accuracy (eval steps;
 with `[eval] samples` also each eval dataset's sampled pass@1 and pass@k),
 the sampler/trainer log-prob mismatch the trainer reports (`trainer/mismatch_mean`, `_max`, nats)
 and throughput (generated tokens/s, steps/s). Drawn with matplotlib's Agg canvas (no display, no
@@ -10,6 +11,7 @@ pyplot state), written to `RUN/plot.png` unless `--out` says otherwise.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +119,13 @@ def _no_data(ax: Any, what: str) -> None:
     ax.text(0.5, 0.5, f"no {what} in metrics.jsonl", ha="center", va="center", color="gray")
 
 
+def _dataset_rewards(records: list[dict[str, Any]]) -> list[str]:
+    """The per-dataset reward series (`reward/<name>`) of a run mixing two or more datasets, in
+    name order ([] for a single dataset: its series is the batch mean)."""
+    keys = sorted({k for r in records for k in r if k.startswith("reward/")})
+    return keys if len(keys) > 1 else []
+
+
 def _reward(ax: Any, records: list[dict[str, Any]]) -> None:
     ax.set_title("reward (batch mean)")
     xs, ys = _series(records, "reward")
@@ -124,7 +133,18 @@ def _reward(ax: Any, records: list[dict[str, Any]]) -> None:
         return _no_data(ax, "reward")
     ax.plot(xs, ys, color="tab:blue", alpha=0.3, linewidth=0.8, label="per step")
     ax.plot(xs, _smooth(ys), color="tab:blue", label="trailing mean")
-    ax.legend(loc="lower right")
+    for key in _dataset_rewards(records):  # a mixed run: each dataset's, smoothed
+        dx, dy = _series(records, key)  # NaN (no scored sample of it this step) is skipped
+        kept = [(x, y) for x, y in zip(dx, dy, strict=True) if not math.isnan(y)]
+        if kept:
+            ax.plot(
+                [x for x, _ in kept],
+                _smooth([y for _, y in kept]),
+                linewidth=0.9,
+                linestyle="--",
+                label=key.removeprefix("reward/"),
+            )
+    ax.legend(loc="lower right", fontsize="small")
 
 
 def _pass_keys(records: list[dict[str, Any]]) -> list[str]:
