@@ -179,3 +179,51 @@ def test_params_hash_names_the_params_by_their_manifest() -> None:
     assert len({params_hash([a, b]), params_hash([a, spec("b", "3" * 64)])}) == 2  # bytes
     assert params_hash([a, b]) != params_hash([a, spec("b", "2" * 64, (2, 2))])  # shape
     assert params_hash([a, b]) != params_hash([a, spec("c", "2" * 64)])  # name
+
+
+def test_judge_metrics_per_dataset_rewards_verdicts_and_costs() -> None:
+    """Per-dataset rewards over scored samples (an INFRA one left out), the verdict counts, and
+    the verifier's cost averaged over the code samples it judged (NO_CODE never reached it)."""
+    from rlx_controller.driver import _judge_metrics
+    from rlx_core.rollout import Judgement
+
+    def sample(status: str, reward: float | None, j: Judgement | None = None) -> RolloutSample:
+        return RolloutSample(
+            tokens=(1,),
+            logp_f32=np.zeros(1, "<f4").tobytes(),
+            finish="stop",
+            text="",
+            status=status,
+            reward=reward,
+            judgement=j or Judgement(),
+        )
+
+    code = RolloutGroup(
+        prompt="code/3",
+        prompt_ids=(1,),
+        version=0,
+        samples=(
+            sample("AC", 1.0, Judgement(tests_passed=2, tests_total=2, run_s=0.03, compile_s=0.5)),
+            sample("WA", 0.0, Judgement(tests_total=2, first_failed=0, run_s=0.01, check_s=0.02)),
+            sample("NO_CODE", 0.0, Judgement(tests_total=2)),
+            sample("INFRA", None, Judgement(tests_total=2, run_s=0.05)),
+        ),
+    )
+    math = RolloutGroup(
+        prompt="gsm.v2/7",
+        prompt_ids=(1,),
+        version=0,
+        samples=(sample("AC", 1.0), sample("WA", 0.0), sample("AC", 1.0), sample("AC", 1.0)),
+    )
+    unit = RolloutUnit(unit={"unit_id": "u"}, version=0, generated_tokens=8, groups=(code, math))
+    units = [unit, dataclasses.replace(unit, verify_s=0.25)]
+    out = _judge_metrics([code, math], units)
+    assert out["reward/code"] == 1 / 3 and out["reward/gsm.v2"] == 0.75
+    assert out["verdicts"] == {"AC": 4, "INFRA": 1, "NO_CODE": 1, "WA": 2}
+    # three judged code samples (AC, WA, INFRA): NO_CODE is not one
+    assert np.isclose(out["verifier/compile_s"], 0.5 / 3)
+    assert np.isclose(out["verifier/run_s"], 0.09 / 3)
+    assert np.isclose(out["verifier/check_s"], 0.02 / 3)
+    assert out["verifier/wait_s"] == 0.25
+    # a math-only batch has no verifier cost fields beyond the wait
+    assert set(_judge_metrics([math], [unit])) == {"reward/gsm.v2", "verdicts", "verifier/wait_s"}

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from rlx_controller.code_tasks import no_code_result
+from rlx_controller.code_tasks import NO_CODE, no_code_result
 from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilter, mixture_sources
 from rlx_controller.evaluation import EvalSample, evaluate_version, metric_fields
 from rlx_controller.lease import Lease
@@ -206,7 +206,8 @@ def _fill_arrays(
 def _judge_metrics(groups: Sequence[RolloutGroup], records: Sequence[RolloutUnit]) -> dict:
     """A batch's rewards per dataset (`reward/<name>`, the mean over its scored samples) and
     verdicts (`verdicts`: {status: samples}) over the groups it trains on, and what judging
-    cost: the verifier's mean wall seconds per code sample compiling, running and checking
+    cost: the verifier's mean wall seconds per judged code sample (NO_CODE ones never reach it)
+    compiling, running and checking
     (`verifier/compile_s`, `/run_s`, `/check_s`; 0 for a cached verdict), and the seconds the
     controller waited on it for the batch's units (`verifier/wait_s`)."""
     rewards: dict[str, list[float]] = {}
@@ -220,7 +221,7 @@ def _judge_metrics(groups: Sequence[RolloutGroup], records: Sequence[RolloutUnit
             if s.reward is not None:
                 scored.append(s.reward)
             j = s.judgement
-            if j.tests_total:  # a code sample
+            if j.tests_total and s.status != NO_CODE:  # a code sample the verifier judged
                 costs += (j.compile_s, j.run_s, j.check_s)
                 judged += 1
     out: dict[str, Any] = {
