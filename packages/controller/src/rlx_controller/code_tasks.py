@@ -27,13 +27,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rlx_controller.run_config import CODE_LANGUAGES, DatasetConfig
+from rlx_controller.run_config import DatasetConfig
 from rlx_core.clients.verifier import InlineTest, SampleResult, TestLink, VerifySample
+from rlx_core.configs.verifier import LANGUAGES, canonical_language
 
 __all__ = [
     "NO_CODE",
-    "BadCodeRecord",
+    "BadRecord",
     "CodeTask",
+    "brief",
     "code_task",
     "extract_program",
     "manifest_problems",
@@ -46,8 +48,8 @@ NO_CODE = "NO_CODE"  # the status of a response holding no program: score 0, nev
 _FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n`]*$")
 
 
-class BadCodeRecord(Exception):
-    """A record that does not fit its code dataset's config; `field` is the config field."""
+class BadRecord(Exception):
+    """A record that does not fit its dataset's config; `field` is the config field."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
@@ -87,10 +89,10 @@ def extract_program(response: str, language: str, mode: str = "last_block") -> s
     blocks tagged with another language are passed over. None: no such block."""
     if mode == "whole":
         return response
-    want = CODE_LANGUAGES.get(language.lower(), language.lower())
+    want = canonical_language(language) or language.lower()
     found: str | None = None
     for tag, body, closed in _blocks(response):
-        if closed and (not tag or CODE_LANGUAGES.get(tag, tag) == want):
+        if closed and (not tag or (canonical_language(tag) or tag) == want):
             found = body
     return found
 
@@ -153,14 +155,15 @@ class CodeTask:
         )
 
 
-def _show(value: Any) -> str:
+def brief(value: Any) -> str:
+    """`value`'s repr, cut to 80 characters: what an error message quotes of a record."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _text(value: Any, what: str, field: str) -> str:
     if not isinstance(value, str):
-        raise BadCodeRecord(field, f"{what} must be a string, got {_show(value)}")
+        raise BadRecord(field, f"{what} must be a string, got {brief(value)}")
     return value
 
 
@@ -169,7 +172,7 @@ def _inline(cfg: DatasetConfig, value: Any) -> tuple[InlineTest, ...]:
     if isinstance(value, Mapping) and "inputs" in value and "outputs" in value:
         ins, outs = value["inputs"], value["outputs"]
         if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
-            raise BadCodeRecord(
+            raise BadRecord(
                 "tests_field",
                 f"{name!r}: 'inputs' and 'outputs' must be lists of the same length",
             )
@@ -178,26 +181,24 @@ def _inline(cfg: DatasetConfig, value: Any) -> tuple[InlineTest, ...]:
         pairs = []
         for k, t in enumerate(value):
             if not isinstance(t, Mapping):
-                raise BadCodeRecord(
-                    "tests_field", f"{name!r} test {k} is not an object: {_show(t)}"
-                )
+                raise BadRecord("tests_field", f"{name!r} test {k} is not an object: {brief(t)}")
             stdin = t.get("input", t.get("stdin"))
             answer = t.get("output", t.get("answer"))
             if stdin is None or answer is None:
-                raise BadCodeRecord(
+                raise BadRecord(
                     "tests_field",
                     f"{name!r} test {k} needs 'input' and 'output' (or 'stdin' and 'answer'): "
-                    f"{_show(t)}",
+                    f"{brief(t)}",
                 )
             pairs.append((stdin, answer))
     else:
-        raise BadCodeRecord(
+        raise BadRecord(
             "tests_field",
             f"{name!r} must be a list of {{input, output}} tests or {{inputs, outputs}}, "
-            f"got {_show(value)}",
+            f"got {brief(value)}",
         )
     if not pairs:
-        raise BadCodeRecord("tests_field", f"{name!r} holds no tests")
+        raise BadRecord("tests_field", f"{name!r} holds no tests")
     return tuple(
         InlineTest(
             _text(i, f"{name!r} test {k} input", "tests_field"),
@@ -215,9 +216,9 @@ def _limit(cfg: DatasetConfig, record: Mapping[str, Any], field: str, default: f
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadCodeRecord(field, f"{name!r} must be a number, got {_show(value)}")
+        raise BadRecord(field, f"{name!r} must be a number, got {brief(value)}")
     if value <= 0:
-        raise BadCodeRecord(field, f"{name!r} must be > 0, got {value!r}")
+        raise BadRecord(field, f"{name!r} must be > 0, got {value!r}")
     return float(value)
 
 
@@ -245,19 +246,19 @@ def code_task(
     problems: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CodeTask:
     """How `record`'s programs are judged (`problems`: the dataset's manifest, when it has
-    one); BadCodeRecord naming the config field when the record does not fit."""
-    language = cfg.language
+    one); BadRecord naming the config field when the record does not fit."""
+    name = cfg.language
     if cfg.language_field:
-        language = _text(record[cfg.language_field], repr(cfg.language_field), "language_field")
-        if language.lower() not in CODE_LANGUAGES:
-            raise BadCodeRecord(
-                "language_field",
-                f"{cfg.language_field!r} is {language!r}, not one of "
-                f"{', '.join(sorted(set(CODE_LANGUAGES.values())))}",
-            )
+        name = _text(record[cfg.language_field], repr(cfg.language_field), "language_field")
+    language = canonical_language(name)
+    if language is None:  # the config's own language was checked when it was read
+        raise BadRecord(
+            "language_field",
+            f"{cfg.language_field!r} is {name!r}, not one of {', '.join(LANGUAGES)}",
+        )
     base = CodeTask(
         kind="stdio",
-        language=CODE_LANGUAGES[language.lower()],
+        language=language,
         program=cfg.program,
         time_limit_s=_limit(cfg, record, "time_limit_field", cfg.time_limit_s),
         memory_mb=int(_limit(cfg, record, "memory_field", cfg.memory_mb)),
@@ -267,18 +268,18 @@ def code_task(
     if cfg.harness_field:
         harness = _text(record[cfg.harness_field], repr(cfg.harness_field), "harness_field")
         if not harness.strip():
-            raise BadCodeRecord("harness_field", f"{cfg.harness_field!r} is empty")
+            raise BadRecord("harness_field", f"{cfg.harness_field!r} is empty")
         return replace(base, kind="assert", harness=harness)
     if cfg.tests_manifest:
         assert problems is not None, "a dataset with tests_manifest is loaded with its manifest"
         pid = record[cfg.problem_field]
         if isinstance(pid, bool) or not isinstance(pid, (str, int)):
-            raise BadCodeRecord(
+            raise BadRecord(
                 "problem_field", f"{cfg.problem_field!r} must be a string or integer id"
             )
         entry = problems.get(str(pid))
         if entry is None:
-            raise BadCodeRecord(
+            raise BadRecord(
                 "problem_field",
                 f"{cfg.problem_field!r} = {pid!r} is not a problem of {cfg.tests_manifest}",
             )

@@ -27,7 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlx_controller.code_tasks import BadCodeRecord, CodeTask, code_task, manifest_problems
+from rlx_controller.code_tasks import BadRecord, CodeTask, brief, code_task, manifest_problems
 from rlx_controller.gold_answers import gold_answer
 from rlx_controller.mixture import MixtureSource
 from rlx_controller.run_config import DatasetConfig, PrefilterConfig, RunConfig, split_uri
@@ -130,20 +130,6 @@ def read_parquet(uri: str, columns: Collection[str] | None = None) -> list[dict[
     return _parquet(uri, columns)[0]
 
 
-class _BadRecord(Exception):
-    """A record that does not fit its dataset's config; `field` is the config field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _show_end(text: str) -> str:
     """The end of a long answer text: where a final answer would be."""
     return repr(text) if len(text) <= 80 else "..." + repr(text[-77:])
@@ -152,27 +138,27 @@ def _show_end(text: str) -> str:
 def _turns(value: Any, name: str) -> tuple[dict[str, str], ...]:
     """Chat turns {"role", "content"} (other keys dropped), ending with a user turn."""
     if not isinstance(value, (list, tuple)) or not value:
-        raise _BadRecord(
+        raise BadRecord(
             "messages_field",
-            f"{name!r} must be a non-empty list of {{role, content}} turns, got {_show(value)}",
+            f"{name!r} must be a non-empty list of {{role, content}} turns, got {brief(value)}",
         )
     turns = []
     for k, turn in enumerate(value):
         role = turn.get("role") if isinstance(turn, Mapping) else None
         content = turn.get("content") if isinstance(turn, Mapping) else None
         if not isinstance(role, str) or not isinstance(content, str):
-            raise _BadRecord(
+            raise BadRecord(
                 "messages_field",
-                f"{name!r} turn {k} is not a {{role, content}} pair of strings: {_show(turn)}",
+                f"{name!r} turn {k} is not a {{role, content}} pair of strings: {brief(turn)}",
             )
         if role not in _ROLES:
-            raise _BadRecord(
+            raise BadRecord(
                 "messages_field",
                 f"{name!r} turn {k} has role {role!r}, not one of {', '.join(_ROLES)}",
             )
         turns.append({"role": role, "content": content})
     if turns[-1]["role"] != "user":
-        raise _BadRecord(
+        raise BadRecord(
             "messages_field",
             f"{name!r} ends with a {turns[-1]['role']!r} turn: the last turn must be the user's "
             "(the one the model answers)",
@@ -184,29 +170,20 @@ def _answer(cfg: DatasetConfig, value: Any) -> str:
     name = cfg.answer_field
     if cfg.answer_format == "plain":
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise _BadRecord(
-                "answer_field", f"{name!r} must be a string or a number, got {_show(value)}"
+            raise BadRecord(
+                "answer_field", f"{name!r} must be a string or a number, got {brief(value)}"
             )
         return str(value)
     if not isinstance(value, str):
-        raise _BadRecord("answer_field", f"{name!r} must be a string, got {_show(value)}")
+        raise BadRecord("answer_field", f"{name!r} must be a string, got {brief(value)}")
     found = gold_answer(value, cfg.answer_format)
     if found is None:
         what = "final '#### N'" if cfg.answer_format == "gsm8k" else "\\boxed{...}"
-        raise _BadRecord(
+        raise BadRecord(
             "answer_field",
             f"{name!r} holds no {what} (answer_format = {cfg.answer_format!r}): {_show_end(value)}",
         )
     return found
-
-
-def _code(
-    cfg: DatasetConfig, record: Mapping[str, Any], problems: Mapping[str, Mapping[str, Any]] | None
-) -> CodeTask:
-    try:
-        return code_task(cfg, record, problems)
-    except BadCodeRecord as e:
-        raise _BadRecord(e.field, e.message) from None
 
 
 def _prompt(
@@ -215,7 +192,7 @@ def _prompt(
     record: Mapping[str, Any],
     problems: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Prompt:
-    """The prompt of `record` (`problems`: a code dataset's manifest); _BadRecord when it does
+    """The prompt of `record` (`problems`: a code dataset's manifest); BadRecord when it does
     not fit the config."""
     messages: tuple[dict[str, str], ...]
     if cfg.messages_field:
@@ -224,20 +201,20 @@ def _prompt(
     else:
         value = record[cfg.prompt_field]
         if not isinstance(value, str):
-            raise _BadRecord(
-                "prompt_field", f"{cfg.prompt_field!r} must be a string, got {_show(value)}"
+            raise BadRecord(
+                "prompt_field", f"{cfg.prompt_field!r} must be a string, got {brief(value)}"
             )
         fields = dict(record)
         fields["prompt"] = value
         try:
             text = cfg.template.format_map(fields)
         except (ValueError, TypeError) as e:  # a format spec that does not fit the value
-            raise _BadRecord("template", f"cannot apply the template: {e}") from None
+            raise BadRecord("template", f"cannot apply the template: {e}") from None
         messages = ({"role": "user", "content": text},)
     if cfg.system_prompt and all(t["role"] != "system" for t in messages):
         messages = ({"role": "system", "content": cfg.system_prompt}, *messages)
     answer = _answer(cfg, record[cfg.answer_field]) if cfg.reward == "math" else None
-    code = _code(cfg, record, problems) if cfg.reward == "code" else None
+    code = code_task(cfg, record, problems) if cfg.reward == "code" else None
     return Prompt(
         id=f"{cfg.name}/{row}",
         dataset=cfg.name,
@@ -277,7 +254,7 @@ class Dataset:
         """The prompt of record `row` (0-based among the file's records)."""
         try:
             return _prompt(self.config, row, self.records[row], self.problems)
-        except _BadRecord as e:
+        except BadRecord as e:
             raise ConfigError(f"{self.config.path} row {row}: {e.message}", field=e.field) from None
 
 
@@ -349,7 +326,7 @@ def load_dataset(cfg: DatasetConfig, *, field_path: str = "datasets") -> Dataset
             )
         try:
             _prompt(cfg, i, record, problems)
-        except _BadRecord as e:
+        except BadRecord as e:
             raise ConfigError(f"{where}: {e.message}", field=f"{field_path}.{e.field}") from None
         if len(record) > len(needed):
             records[i] = {n: record[n] for n in (*needed, *_optional(cfg)) if n in record}

@@ -31,7 +31,12 @@ from rlx_controller.run_sections import InferenceSection, TrainerSection
 from rlx_core.config import config_field, load_config, loads_config, to_toml
 from rlx_core.configs.paramserver import ParamServerConfig
 from rlx_core.configs.server import ServerConfig
-from rlx_core.configs.verifier import VerifierConfig
+from rlx_core.configs.verifier import (
+    LANGUAGE_ALIASES,
+    LANGUAGES,
+    VerifierConfig,
+    canonical_language,
+)
 from rlx_core.errors import ConfigError, NotFound
 from rlx_core.storage import open_storage
 
@@ -61,19 +66,6 @@ __all__ = [
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _DATASET_EXTENSIONS = (".jsonl", ".jsonl.gz", ".parquet")
-# the languages a code dataset may name (the verifier's, and their usual spellings) -> canonical
-CODE_LANGUAGES = {
-    "python": "python",
-    "py": "python",
-    "python3": "python",
-    "cpp": "cpp",
-    "c++": "cpp",
-    "cxx": "cpp",
-    "rust": "rust",
-    "rs": "rust",
-    "go": "go",
-    "java": "java",
-}
 
 
 def _at_least(owner: object, minimum: float, *names: str) -> None:
@@ -255,9 +247,9 @@ class DatasetConfig:
                 value=self.time_limit_s,
             )
         _at_least(self, 0, "memory_mb")
-        if self.language.lower() not in CODE_LANGUAGES:
+        if canonical_language(self.language) is None:
             raise ConfigError(
-                f"must be one of {', '.join(sorted(CODE_LANGUAGES))}",
+                f"must be one of {', '.join(LANGUAGES)} (or {', '.join(LANGUAGE_ALIASES)})",
                 field="language",
                 value=self.language,
             )

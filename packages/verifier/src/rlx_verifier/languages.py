@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from rlx_core.configs.verifier import LANGUAGES, canonical_language
 from rlx_core.errors import InvalidArgument, Unimplemented
 
 __all__ = ["LANGUAGES", "Language", "compose_assert_program", "detect_languages"]
@@ -184,10 +185,6 @@ def _java() -> Language | None:
     )
 
 
-LANGUAGES = ("python", "cpp", "rust", "go", "java")
-ALIASES = {"py": "python", "python3": "python", "c++": "cpp", "cxx": "cpp", "rs": "rust"}
-
-
 def detect_languages() -> dict[str, Language]:
     """Every language whose toolchain this machine has."""
     found = {}
@@ -200,8 +197,8 @@ def detect_languages() -> dict[str, Language]:
 
 def resolve(languages: dict[str, Language], name: str) -> Language:
     """The Language for a request; Unimplemented (not a CE) when the toolchain is missing."""
-    key = ALIASES.get(name.lower(), name.lower())
-    if key not in LANGUAGES:
+    key = canonical_language(name)
+    if key is None:
         raise InvalidArgument(f"unknown language {name!r} (known: {', '.join(LANGUAGES)})")
     if key not in languages:
         raise Unimplemented(

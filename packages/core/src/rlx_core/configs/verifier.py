@@ -13,15 +13,27 @@ from rlx_core.errors import ConfigError
 
 __all__ = [
     "BACKENDS",
+    "LANGUAGES",
+    "LANGUAGE_ALIASES",
     "SANDBOX_RUNNERS",
     "JudgeConfig",
     "LambdaConfig",
     "RepositoryConfig",
     "VerifierConfig",
+    "canonical_language",
 ]
 
 BACKENDS = ("local", "lambda")
 SANDBOX_RUNNERS = ("forkserver", "per-run")  # rlx_verifier.sandbox.RUNNERS
+# the languages the verifier judges, and the other spellings a request or a dataset may use
+LANGUAGES = ("python", "cpp", "rust", "go", "java")
+LANGUAGE_ALIASES = {"py": "python", "python3": "python", "c++": "cpp", "cxx": "cpp", "rs": "rust"}
+
+
+def canonical_language(name: str) -> str | None:
+    """The language `name` spells (any case, any alias: "Py" -> "python"); None: not one."""
+    key = LANGUAGE_ALIASES.get(name.lower(), name.lower())
+    return key if key in LANGUAGES else None
 
 
 @dataclass(frozen=True, kw_only=True)
