@@ -756,14 +756,21 @@ class Driver:
         """`rlx eval`: start the services, load `[model] path` as version 0, and return its
         `EvalSample`s on the eval datasets (a greedy answer per prompt and `samples` sampled
         ones); the services stop at the end."""
+        with self._base_model_services():
+            self.progress.phase = "evaluating"
+            return evaluate_version(self, 0, samples=samples, log=self.log)
+
+    @contextlib.contextmanager
+    def _base_model_services(self) -> Iterator[None]:
+        """The services of a one-off command (`rlx eval`, `rlx prefilter`), started with
+        `[model] path` as version 0, and stopped when it ends."""
         cfg = self.cfg
         try:
             self._start_services()
             self._call(
                 lambda: self.trainer.init(seed=cfg.seed, hf_dir=cfg.model.path), "trainer init"
             )
-            self.progress.phase = "evaluating"
-            return evaluate_version(self, 0, samples=samples, log=self.log)
+            yield
         finally:
             self._close_clients()
             if self.services is not None:
@@ -781,11 +788,7 @@ class Driver:
         G = samples or cfg.batch.group_size
         per = cfg.batch.unit_prompts
         records: list[dict[str, Any]] = []
-        try:
-            self._start_services()
-            self._call(
-                lambda: self.trainer.init(seed=cfg.seed, hf_dir=cfg.model.path), "trainer init"
-            )
+        with self._base_model_services():
             s = cfg.sampling
             sampling = Sampling(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
             for d, ds in enumerate(cfg.datasets):
@@ -844,10 +847,6 @@ class Driver:
                         if time.monotonic() - t_shown >= 5 or done == n:
                             t_shown = time.monotonic()
                             self.log(f"pre-filter {data.name}: {done}/{n} prompts")
-        finally:
-            self._close_clients()
-            if self.services is not None:
-                self.services.stop()
         parent, _, name = out.rstrip("/").rpartition("/")
         body = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
         open_storage(parent or ".").put(name, body.encode())
