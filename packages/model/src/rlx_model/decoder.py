@@ -141,18 +141,18 @@ def qkv_projection(
     k = dense(h, layer, "k", cdt)
     v = dense(h, layer, "v", cdt)
     if cfg.qkv_bias:
-        q = q + layer["q_bias"].astype(cdt)
-        k = k + layer["k_bias"].astype(cdt)
-        v = v + layer["v_bias"].astype(cdt)
+        q = q + layer["q_bias"].astype(jnp.float32)
+        k = k + layer["k_bias"].astype(jnp.float32)
+        v = v + layer["v_bias"].astype(jnp.float32)
     q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)
     k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     if cfg.qk_norm:
         q = rms_norm(q, layer["q_norm"], cfg.rms_norm_eps)
         k = rms_norm(k, layer["k_norm"], cfg.rms_norm_eps)
-    q = apply_rope(q, positions, inv_freq)
-    k = apply_rope(k, positions, inv_freq)
-    return h, q, k, v
+    q = apply_rope(q, positions, inv_freq).astype(cdt)
+    k = apply_rope(k, positions, inv_freq).astype(cdt)
+    return h, q, k, v.astype(cdt)
 
 
 def block_tail(cfg: ModelConfig, x: jax.Array, layer: Params, attn: jax.Array) -> jax.Array:
@@ -215,7 +215,7 @@ def forward(
     if valid is None:
         valid = jnp.ones((b, t), dtype=bool)
     cdt = _DTYPES[cfg.compute_dtype]
-    x = params["embed"].astype(cdt)[tokens]
+    x = params["embed"].astype(cdt)[tokens].astype(jnp.float32)
     inv_freq = rope_frequencies(cfg)
     block = _remat(partial(_block, cfg, inv_freq), cfg.remat)
 

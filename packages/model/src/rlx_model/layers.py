@@ -2,6 +2,10 @@
 
 Conventions: activations are [batch, time, ...]; weights are stored as `x @ kernel` kernels
 ([in, out], the transpose of torch.nn.Linear); norms, softmax and RoPE angles run in float32.
+Matmuls take their inputs in the compute dtype and accumulate and return float32 (`dense`), so
+with bf16 compute the residual stream stays float32 and values are rounded to bf16 only where
+they enter a matmul: the trainer's prefill and the engine's decode then agree to ~1e-6 nats
+(see the README's Precision).
 """
 
 from __future__ import annotations
@@ -117,8 +121,11 @@ def out_major(layer: dict[str, jax.Array], name: str, dtype: jnp.dtype) -> jax.A
 def dense(x: jax.Array, layer: dict[str, jax.Array], name: str, dtype: jnp.dtype) -> jax.Array:
     """x [..., in] times the layer's weight `name`, held either as the kernel `name` [in, out]
     or output-major as `name_t` [out, in] (the inference engine's form, whose decode runs with
-    the activations transposed: see `rlx_model.paged.paged_decode_steps`), in `dtype`."""
+    the activations transposed: see `rlx_model.paged.paged_decode_steps`): both operands in
+    `dtype`, the product accumulated and returned in float32."""
     transposed = layer.get(name + "_t")
+    x = x.astype(dtype)
+    f32 = jnp.float32
     if transposed is not None:
-        return jnp.einsum("...i,oi->...o", x, transposed.astype(dtype))
-    return x @ layer[name].astype(dtype)
+        return jnp.einsum("...i,oi->...o", x, transposed.astype(dtype), preferred_element_type=f32)
+    return jnp.matmul(x, layer[name].astype(dtype), preferred_element_type=f32)

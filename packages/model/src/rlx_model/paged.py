@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -188,10 +189,10 @@ def paged_prefill(
         run_pos = to_run(positions)
         block = jnp.where(pack.real, block.reshape(-1)[pack.src], SINK_BLOCK)[None]
         offset = jnp.where(pack.real, offset.reshape(-1)[pack.src], 0)[None]
-        x = params["embed"].astype(cdt)[to_run(tokens)]
+        x = params["embed"].astype(cdt)[to_run(tokens)].astype(jnp.float32)
     else:
         run_pos = positions
-        x = params["embed"].astype(cdt)[tokens]
+        x = params["embed"].astype(cdt)[tokens].astype(jnp.float32)
 
         def to_run(a: jax.Array) -> jax.Array:
             return a
@@ -292,7 +293,7 @@ def paged_decode(
     valid = jnp.arange(span, dtype=jnp.int32)[None, :] < pos
     cdt = _DTYPES[cfg.compute_dtype]
     inv_freq = rope_frequencies(cfg)
-    x = params["embed"].astype(cdt)[tokens[:, None]]
+    x = params["embed"].astype(cdt)[tokens[:, None]].astype(jnp.float32)
     shape = (cfg.num_kv_heads, b, span, cfg.head_dim)
 
     def step(
@@ -387,22 +388,28 @@ def _column_qkv(
     cos: jax.Array,
     sin: jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """`qkv_projection` feature-major: xt [D, B] -> q [H, d, B], k, v [K, d, B] (the weights
-    `w` output-major, the layer's biases and norms as they are)."""
-    cdt = xt.dtype
+    """`qkv_projection` feature-major: xt [D, B] (float32) -> q [H, d, B], k, v [K, d, B] in
+    the compute dtype (the weights `w` output-major in it, the layer's biases and norms as they
+    are; the matmuls accumulate in float32 like `dense`)."""
+    cdt = w["q"].dtype
+    f32 = jnp.float32
     b, d, eps = xt.shape[1], cfg.head_dim, cfg.rms_norm_eps
-    hn = _column_norm(xt, layer["attn_norm"], eps, 0)
-    q, k, v = w["q"] @ hn, w["k"] @ hn, w["v"] @ hn  # [H*d, B], [K*d, B]
+    hn = _column_norm(xt, layer["attn_norm"], eps, 0).astype(cdt)
+    q, k, v = (jnp.matmul(w[n], hn, preferred_element_type=f32) for n in ("q", "k", "v"))
     if cfg.qkv_bias:
-        q = q + layer["q_bias"].astype(cdt)[:, None]
-        k = k + layer["k_bias"].astype(cdt)[:, None]
-        v = v + layer["v_bias"].astype(cdt)[:, None]
+        q = q + layer["q_bias"].astype(f32)[:, None]
+        k = k + layer["k_bias"].astype(f32)[:, None]
+        v = v + layer["v_bias"].astype(f32)[:, None]
     q = q.reshape(cfg.num_heads, d, b)
     k, v = k.reshape(cfg.num_kv_heads, d, b), v.reshape(cfg.num_kv_heads, d, b)
     if cfg.qk_norm:
         q = _column_norm(q, layer["q_norm"], eps, 1)
         k = _column_norm(k, layer["k_norm"], eps, 1)
-    return _column_rope(q, cos, sin), _column_rope(k, cos, sin), v
+    return (
+        _column_rope(q, cos, sin).astype(cdt),
+        _column_rope(k, cos, sin).astype(cdt),
+        v.astype(cdt),
+    )
 
 
 def _gather_blocks(pool: jax.Array, tables: jax.Array) -> jax.Array:
@@ -468,6 +475,7 @@ def paged_decode_steps(
     h, g = cfg.num_heads, cfg.num_heads // nk
     eps = cfg.rms_norm_eps
     weights = [{name: out_major(layer, name, cdt) for name in MATRICES} for layer in layers]
+    mm = partial(jnp.matmul, preferred_element_type=jnp.float32)  # bf16 in, f32 out (dense)
 
     def step(
         carry: tuple[jax.Array, jax.Array, jax.Array], j: jax.Array
@@ -477,7 +485,7 @@ def paged_decode_steps(
         angles = jnp.asarray(inv_freq)[:, None] * pos.astype(jnp.float32)[None, :]  # [d/2, B]
         angles = jnp.concatenate([angles, angles], axis=0)
         cos, sin = jnp.cos(angles)[None], jnp.sin(angles)[None]
-        xt = embed[tok].T  # [D, B]: feature-major from here to the head
+        xt = embed[tok].T.astype(jnp.float32)  # [D, B]: feature-major from here to the head
         local_valid = jnp.arange(steps) <= j
         for i in range(nl):
             layer, w = layers[i], weights[i]
@@ -486,9 +494,9 @@ def paged_decode_steps(
             lv = lv.at[i, :, :, j].set(v.transpose(0, 2, 1))
             qg = q.reshape(nk, g, d, b).transpose(0, 3, 1, 2)  # [K, B, G, d]
             attn = _steps_attention(qg, keys[i], values[i], valid, lk[i], lv[i], local_valid)
-            xt = xt + w["o"] @ attn.transpose(0, 2, 3, 1).reshape(h * d, b)
-            hn = _column_norm(xt, layer["mlp_norm"], eps, 0)
-            xt = xt + w["down"] @ (jax.nn.silu(w["gate"] @ hn) * (w["up"] @ hn))
+            xt = xt + mm(w["o"], attn.transpose(0, 2, 3, 1).reshape(h * d, b))
+            hn = _column_norm(xt, layer["mlp_norm"], eps, 0).astype(cdt)
+            xt = xt + mm(w["down"], (jax.nn.silu(mm(w["gate"], hn)) * mm(w["up"], hn)).astype(cdt))
         hidden = _column_norm(xt, params["final_norm"], eps, 0)
         new, out = choose(hidden.T, pos)
         return (new, lk, lv), out
