@@ -15,7 +15,9 @@ Where they go:
 
 The last `keep` steps are kept; older ones are deleted after each save. A store opened with
 `read_only=True` (what `rlx export` reads through) creates, saves and deletes nothing, and
-`restore_params` reads a step's params alone, not its optimizer state.
+`restore_params` reads a step's params alone, not its optimizer state. A checkpoint may also hold
+older versions' params (`past`: what π_old of the batches after it may need), read with
+`restore_past`.
 """
 
 from __future__ import annotations
@@ -63,7 +65,11 @@ def _manager(
         if partial
         else ocp.StandardCheckpointHandler(use_ocdbt=ocdbt)
     )
-    handlers = {"state": state, "meta": ocp.JsonCheckpointHandler()}
+    handlers = {
+        "state": state,
+        "meta": ocp.JsonCheckpointHandler(),
+        "past": ocp.PyTreeCheckpointHandler(use_ocdbt=ocdbt),
+    }
     return ocp.CheckpointManager(
         directory, item_handlers=handlers, options=_options(keep, read_only or partial)
     )
@@ -128,15 +134,21 @@ class CheckpointStore:
         return step
 
     # --- save -----------------------------------------------------------------------------
-    def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
-        """Write `state` (a pytree of arrays) and `meta` (JSON) as `step`; then prune to `keep`.
+    def save(
+        self, step: int, state: Any, meta: dict[str, Any], past: dict[str, Any] | None = None
+    ) -> None:
+        """Write `state` (a pytree of arrays), `meta` (JSON) and `past` (host arrays: older
+        versions' params, read back with `restore_past`) as `step`; then prune to `keep`.
         A step that is already committed is left as it is (a replay writes identical bytes)."""
         if self.read_only:
             raise FailedPrecondition(f"{self.uri}: this checkpoint store was opened read-only")
         if step in self.steps():
             log.info("checkpoint %s/%d already committed; not rewritten", self.uri, step)
             return
-        args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+        items = {"state": ocp.args.StandardSave(state), "meta": ocp.args.JsonSave(meta)}
+        if past:
+            items["past"] = ocp.args.PyTreeSave(past)
+        args = ocp.args.Composite(**items)
         if self._manager is not None:
             self._manager.save(step, args=args, force=True)
             self._manager.wait_until_finished()
@@ -178,17 +190,25 @@ class CheckpointStore:
         """Only the params of `step` (None = newest), as numpy arrays on the host with the
         shapes and dtypes of `abstract_params` (a pytree of jax.ShapeDtypeStruct). The optimizer
         state and the reference model are not read."""
+        return self._host_item(step, "state", {"params": abstract_params}, partial=True)["params"]
+
+    def restore_past(self, step: int | None, abstract_past: Any) -> Any:
+        """The `past` item `save` wrote with `step`, as numpy arrays on the host laid out like
+        `abstract_past` (a pytree of jax.ShapeDtypeStruct)."""
+        return self._host_item(step, "past", abstract_past, partial=False)
+
+    def _host_item(self, step: int | None, name: str, item: Any, *, partial: bool) -> Any:
         step = self._resolve(step)
-        item = {"params": abstract_params}
         restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
-        args = ocp.args.Composite(
-            state=ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True)
+        restore = ocp.args.PyTreeRestore(
+            item=item, restore_args=restore_args, partial_restore=partial
         )
+        args = ocp.args.Composite(**{name: restore})
         if self._manager is not None:
-            with _manager(self._directory, None, partial=True) as reader:
-                return reader.restore(step, args=args).state["params"]
-        with self._downloaded(step, partial=True) as reader:
-            return reader.restore(step, args=args).state["params"]
+            with _manager(self._directory, None, read_only=True, partial=partial) as reader:
+                return reader.restore(step, args=args)[name]
+        with self._downloaded(step, partial=partial) as reader:
+            return reader.restore(step, args=args)[name]
 
     def _downloaded(self, step: int, *, partial: bool = False) -> ocp.CheckpointManager:
         """A manager over a local copy of committed `step`, every file checked against the

@@ -1,5 +1,7 @@
-"""Per-step metrics, computed on the host from what the compiled step returns: the sampler /
-trainer mismatch, its thresholds, and the reduction of per-microbatch objective metrics."""
+"""Per-step metrics, computed on the host from what the compiled step returns: the numerical
+mismatch (sampler vs trainer on the same version) and its thresholds, the policy lag (the
+generating version vs the params the step starts from), and the reduction of per-microbatch
+objective metrics."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import numpy as np
 from rlx_core.errors import FailedPrecondition
 from rlx_trainer.config import MetricsConfig
 
-__all__ = ["check_thresholds", "mismatch", "summarize"]
+__all__ = ["check_thresholds", "mismatch", "policy_lag", "summarize"]
 
 # reduced with max / min over microbatches; everything else is averaged
 _MAX = {"ratio_max", "is_weight_max"}
@@ -32,6 +34,23 @@ def mismatch(
         "mismatch_mean": float(diff.mean()),
         "mismatch_max": float(diff.max()),
         "mismatch_p95": float(np.percentile(diff, 95)),
+    }
+
+
+def policy_lag(gen_logp: np.ndarray, cur_logp: np.ndarray, mask: np.ndarray) -> dict[str, float]:
+    """How far the params a step starts from (π_cur) have moved from the version that generated
+    its rollouts (π_gen), over the tokens where mask > 0, the tokens sampled from π_gen:
+    `lag_kl_k3`, the k3 estimate of KL(π_gen || π_cur) (mean of r − 1 − log r with
+    r = π_cur/π_gen), and `lag_ratio_min` / `lag_ratio_max`, the range of r."""
+    on = mask > 0
+    log_r = cur_logp[on].astype(np.float64) - gen_logp[on].astype(np.float64)
+    if log_r.size == 0:
+        return {"lag_kl_k3": 0.0, "lag_ratio_min": 1.0, "lag_ratio_max": 1.0}
+    r = np.exp(log_r)
+    return {
+        "lag_kl_k3": float(np.mean(r - 1.0 - log_r)),
+        "lag_ratio_min": float(r.min()),
+        "lag_ratio_max": float(r.max()),
     }
 
 

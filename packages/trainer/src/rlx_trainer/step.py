@@ -109,9 +109,13 @@ class StepFunctions:
         ref_logp: jax.Array | None,
         *,
         max_len: int | None,
-    ) -> tuple[jax.Array, Arrays]:
+    ) -> tuple[jax.Array, tuple[Arrays, jax.Array]]:
+        """The RL loss; its aux is (metrics, the training forward's log π_θ, stop-gradient):
+        on a step's first update π_θ is the params the step starts from, which the trainer
+        compares with the generating version's (the policy lag)."""
         logp, entropy = self._train_logprobs(params, mb)
-        return self._rl_terms(logp, entropy, mb, old_logp, ref_logp, max_len)
+        loss, metrics = self._rl_terms(logp, entropy, mb, old_logp, ref_logp, max_len)
+        return loss, (metrics, sg(logp))
 
     def _rl_loss_fused(
         self, params: Params, mb: Arrays, ref_logp: jax.Array | None, *, max_len: int | None

@@ -36,7 +36,7 @@ from rlx_model.sharding import batch_sharding
 from rlx_trainer.batch import check_batch, split_batch
 from rlx_trainer.checkpoint import CheckpointStore
 from rlx_trainer.config import TrainerConfig
-from rlx_trainer.metrics import check_thresholds, mismatch, summarize
+from rlx_trainer.metrics import check_thresholds, mismatch, policy_lag, summarize
 from rlx_trainer.objective import K2KL, K3KL, RLObjective, preset
 from rlx_trainer.optim import make_optimizer, make_schedule
 from rlx_trainer.step import StepFunctions
@@ -217,12 +217,19 @@ class Trainer:
             )
         return _FUNCTIONS[key]
 
-    def params_for_version(self, version: int) -> Params:
-        """The params of weight version `version`: current, kept, or pulled."""
+    def _held(self, version: int) -> Params | None:
+        """The params of `version` if this trainer holds them (current or kept), else None."""
         if version == self.state.step:
             return self.state.params
         if version in self._kept:
             return self.place(unflatten(self._kept[version]))
+        return None
+
+    def params_for_version(self, version: int) -> Params:
+        """The params of weight version `version`: current, kept, or pulled."""
+        held = self._held(version)
+        if held is not None:
+            return held
         if self.puller is not None and self.config.paramserver.pull_old_versions:
             log.info("pulling version %d's params from the paramserver for π_old", version)
             return self.place(unflatten(self.puller(version)))
@@ -264,18 +271,51 @@ class Trainer:
             return [None] * len(micro)
         return [fns.prefill(params, mb)[0] for mb in micro]
 
+    def _microbatches(self, batch: TrainBatch) -> tuple[StepFunctions, list[Arrays]]:
+        u = self.config.update
+        fns = self._functions(batch.kind, batch.tokens.shape[1])
+        micro = [
+            {k: put_global(v, batch_sharding(self.mesh, v.ndim)) for k, v in mb.arrays.items()}
+            for mb in split_batch(batch, u.minibatches * u.grad_accum)
+        ]
+        return fns, micro
+
+    def old_logprobs(self, batch: TrainBatch) -> np.ndarray:
+        """log π_old of every token of an RL `batch`, [B·G, S] on the host, as `compute_step`
+        recomputes it before updating: a prefill of the params of the version the batch was
+        generated with (`old_policy` generation) or of the current params (step_start)."""
+        self.check(batch)
+        fns, micro = self._microbatches(batch)
+        old = self._prefill(self.params_for_version(self._old_source(batch)), fns, micro)
+        return np.concatenate(to_host(old))
+
     def _mismatch(
-        self, batch: TrainBatch, old: list[jax.Array]
+        self, batch: TrainBatch, gen: list[jax.Array]
     ) -> tuple[dict[str, float], list[str]]:
-        """Sampler-vs-π_old statistics; warnings, or FailedPrecondition past a stop threshold."""
-        host_old = np.concatenate(to_host(old))
+        """The numerical mismatch: the sampler's log-probs vs the trainer's prefill of the same
+        version (`gen`); warnings, or FailedPrecondition past a stop threshold."""
+        host = np.concatenate(to_host(gen))
         assert batch.sampler_logp is not None
         stats = mismatch(
-            batch.sampler_logp.reshape(host_old.shape),
-            host_old,
-            batch.loss_mask.reshape(host_old.shape),
+            batch.sampler_logp.reshape(host.shape),
+            host,
+            batch.loss_mask.reshape(host.shape),
         )
         return stats, check_thresholds(stats, self.config.metrics)
+
+    def _lag(
+        self, batch: TrainBatch, gen: list[jax.Array] | None, cur: list[jax.Array]
+    ) -> dict[str, float]:
+        """`policy_lag` between the generating version's log-probs `gen` and the step-start
+        params' `cur`, over the microbatches `cur` covers (the first ones, in batch order);
+        {} when `gen` is not known (the generating version is not held here)."""
+        if gen is None:
+            return {}
+        host_cur = np.concatenate(to_host(cur))
+        host_gen = np.concatenate(to_host(gen[: len(cur)]))
+        rows = host_cur.shape[0]
+        mask = batch.loss_mask.reshape(-1, host_cur.shape[1])[:rows]
+        return policy_lag(host_gen, host_cur, mask)
 
     def _updates(
         self,
@@ -286,16 +326,17 @@ class Trainer:
         ref: list[jax.Array | None],
     ) -> tuple[Params, Any, list[dict[str, Any]], list[jax.Array], list[jax.Array]]:
         """Epochs × minibatches optimizer updates, each on grad_accum microbatches. With `old`
-        None (a fused RL step) the gradients take π_old from their own forward, and the last
-        item returned is that π_old per microbatch."""
+        None (a fused RL step) the gradients take π_old from their own forward. The last item
+        returned is the training forward's log π_θ of each microbatch of the first update
+        (RL), when π_θ is still the params the step starts from."""
         u = self.config.update
         params, opt_state = self.state.params, self.state.opt_state
         per_micro: list[dict[str, Any]] = []
         norms: list[jax.Array] = []
-        fused_old: list[jax.Array] = []
+        first: list[jax.Array] = []
         max_len = batch.max_len or None
         scale = jnp.float32(1.0 / u.grad_accum if batch.kind == "rl" else 1.0)
-        for _epoch in range(u.epochs):
+        for epoch in range(u.epochs):
             for m in range(u.minibatches):
                 idx = range(m * u.grad_accum, (m + 1) * u.grad_accum)
                 denom = jnp.float32(sum(float(micro[k]["loss_mask"].sum()) for k in idx))
@@ -303,21 +344,23 @@ class Trainer:
                 for k in idx:
                     if batch.kind != "rl":
                         (_, mets), g = fns.sft_grad(params, micro[k], denom)
-                    elif old is None:
-                        (_, (mets, o)), g = fns.rl_grad_fused(
-                            params, micro[k], ref[k], max_len=max_len
-                        )
-                        fused_old.append(o)
                     else:
-                        (_, mets), g = fns.rl_grad(
-                            params, micro[k], old[k], ref[k], max_len=max_len
-                        )
+                        if old is None:
+                            (_, (mets, logp)), g = fns.rl_grad_fused(
+                                params, micro[k], ref[k], max_len=max_len
+                            )
+                        else:
+                            (_, (mets, logp)), g = fns.rl_grad(
+                                params, micro[k], old[k], ref[k], max_len=max_len
+                            )
+                        if epoch == 0 and m == 0:
+                            first.append(logp)
                     per_micro.append(mets)
                     grads = g if grads is None else fns.add(grads, g)
                 params, opt_state, norm = fns.apply(params, opt_state, grads, scale)
                 norms.append(norm)
         jax.block_until_ready(params)
-        return params, opt_state, per_micro, norms, fused_old
+        return params, opt_state, per_micro, norms, first
 
     def compute_step(self, batch: TrainBatch) -> tuple[TrainState, StepResult]:
         """The state after training on `batch`, and the step's metrics; `self` is unchanged."""
@@ -325,25 +368,34 @@ class Trainer:
         self.check(batch)
         u = self.config.update
         parts = u.minibatches * u.grad_accum
-        fns = self._functions(batch.kind, batch.tokens.shape[1])
-        micro = [
-            {k: put_global(v, batch_sharding(self.mesh, v.ndim)) for k, v in mb.arrays.items()}
-            for mb in split_batch(batch, parts)
-        ]
+        fns, micro = self._microbatches(batch)
         fused = self._fuses_old(batch)
         old: list[jax.Array] | None = None
+        gen: list[jax.Array] | None = None  # log π of the version that generated the batch
         ref: list[jax.Array | None] = [None] * parts
         stats: dict[str, float] = {}
         warnings: list[str] = []
+        old_version, at = self._old_source(batch), self.state.step
         if batch.kind == "rl":
             ref = self._prefill(self.reference, fns, micro)
-            if not fused:  # π_old (and its mismatch check) before any update
-                old = self._prefill(self.params_for_version(self._old_source(batch)), fns, micro)
-                stats, warnings = self._mismatch(batch, old)
+            if not fused:  # π_old before any update
+                old = self._prefill(self.params_for_version(old_version), fns, micro)
+            if batch.version == old_version:
+                gen = old  # None when fused: the update's own forward gives it
+            elif (held := self._held(batch.version)) is not None:  # step_start, stale batch
+                gen = self._prefill(held, fns, micro)
+            if gen is not None:  # the numerics check (a stop threshold refuses the step here)
+                stats, warnings = self._mismatch(batch, gen)
         recompute_s = time.perf_counter() - start
-        params, opt_state, per_micro, norms, fused_old = self._updates(batch, fns, micro, old, ref)
-        if fused:  # a stop threshold raises here: the new state is never committed
-            stats, warnings = self._mismatch(batch, fused_old)
+        params, opt_state, per_micro, norms, first = self._updates(batch, fns, micro, old, ref)
+        if batch.kind == "rl":
+            if fused and batch.version == old_version:  # raises past a stop threshold
+                gen = first
+                stats, warnings = self._mismatch(batch, gen)
+            # the params the step starts from: π_old itself when that is them, else the first
+            # update's forward (the first minibatch: the whole batch when minibatches == 1)
+            cur = first if old_version != at or old is None else old
+            stats |= self._lag(batch, gen, cur)
         n_updates = u.epochs * u.minibatches
         metrics = summarize(
             to_host(per_micro),
@@ -368,18 +420,23 @@ class Trainer:
         )
         return new_state, StepResult(new_state.step, new_state.step, metrics, tuple(warnings))
 
+    def _keeps(self, version: int, current: int) -> bool:
+        """Whether past `version` is one π_old may still need at `current`: at most
+        keep_versions before it, and a multiple of keep_every."""
+        c = self.config
+        return current - c.keep_versions <= version < current and version % c.keep_every == 0
+
     def commit(self, new: TrainState, host_params: dict[str, np.ndarray] | None = None) -> None:
-        """Adopt `new`; the previous version's params join the kept versions (for π_old).
-        `host_params`: `new`'s params on the host, if the caller has them already."""
-        keep = self.config.keep_versions
-        if keep > 0:
+        """Adopt `new`; the previous version's params join the kept versions (for π_old) when
+        `_keeps` says so. `host_params`: `new`'s params on the host, if the caller has them
+        already (held as well: they are the next step's previous version)."""
+        if self.config.keep_versions > 0:
             if host_params is not None:
                 self._kept[new.step] = host_params
-            if self.state.step not in self._kept:
-                self._kept[self.state.step] = self.host_params()
-            # the current version is on device; `keep` older ones stay on the host
-            older = sorted(v for v in self._kept if v < new.step)
-            for v in older[: max(0, len(older) - keep)]:
+            prev = self.state.step
+            if prev != new.step and prev not in self._kept and self._keeps(prev, new.step):
+                self._kept[prev] = self.host_params()
+            for v in [v for v in self._kept if v != new.step and not self._keeps(v, new.step)]:
                 del self._kept[v]
         self.state = new
 
@@ -401,6 +458,10 @@ class Trainer:
             tree["reference"] = self.reference
         return tree
 
+    def _past(self) -> dict[int, dict[str, np.ndarray]]:
+        """The kept versions older than the current one: what π_old may still need."""
+        return {v: p for v, p in sorted(self._kept.items()) if v < self.state.step}
+
     def meta(self) -> dict[str, Any]:
         return {
             "format": CHECKPOINT_FORMAT,
@@ -409,10 +470,15 @@ class Trainer:
             "seed": self.seed,
             "model": model_config_to_dict(self.cfg),
             "reference": self.reference is not None,
+            "past_versions": sorted(self._past()),
         }
 
     def save(self, store: CheckpointStore) -> int:
-        store.save(self.state.step, self._state_tree(), self.meta())
+        """Checkpoint the state, with the past versions' params π_old may still need, so that
+        a trainer restored from it recomputes π_old exactly as this one would have (after any
+        restart, even when the paramservers lost their versions too)."""
+        past = {f"v{v}": unflatten(p) for v, p in self._past().items()}
+        store.save(self.state.step, self._state_tree(), self.meta(), past)
         return self.state.step
 
     def _abstract(self, with_reference: bool) -> dict[str, Any]:
@@ -477,6 +543,16 @@ class Trainer:
                 f"(update.reference = {self.config.update.reference!r})"
             )
         self._kept.clear()
+        past = [int(v) for v in meta.get("past_versions", ()) if self._keeps(v, self.state.step)]
+        if past:
+            dtype = jnp.dtype(_NP_DTYPES[self.cfg.param_dtype])
+            shapes = {
+                path: jax.ShapeDtypeStruct(shape, dtype)
+                for path, shape in param_shapes(self.cfg).items()
+            }
+            abstract = {f"v{v}": unflatten(shapes) for v in past}
+            trees = store.restore_past(step, abstract)
+            self._kept = {v: flatten(trees[f"v{v}"]) for v in past}
         return step
 
     @classmethod

@@ -48,10 +48,16 @@ Kind = Literal["rl", "sft"]
 # The objective adds its own parts (`objective`, `pg_objective`, `reg_objective`, `adv_mean`, ...).
 METRICS: dict[str, str] = {
     "loss": "the objective's loss (RL: -J; SFT: token-mean cross-entropy), mean over updates",
-    "mismatch_mean": "mean |log π_sampler - log π_trainer| over response tokens (π_trainer: the "
-    "trainer's recomputed π_old)",
+    "mismatch_mean": "the numerical mismatch: mean |log π_sampler - log π_trainer| over response "
+    "tokens, π_trainer the trainer's prefill of the version that generated the batch (the same "
+    "weights the sampler had; absent when that version is not held: step_start without it)",
     "mismatch_max": "max of the same",
     "mismatch_p95": "95th percentile of the same",
+    "lag_kl_k3": "the policy lag: KL(π_gen || π_cur) k3 estimate, mean of r - 1 - log r with "
+    "r = π_cur/π_gen over response tokens (π_gen the generating version, π_cur the params the "
+    "step starts from; the first minibatch's tokens); 0 on-policy",
+    "lag_ratio_min": "smallest π_cur/π_gen over the same tokens",
+    "lag_ratio_max": "largest π_cur/π_gen over the same tokens",
     "ratio_mean": "IS ratio r = π_θ/π_old over response tokens, mean over updates",
     "ratio_max": "largest r seen in the step",
     "ratio_min": "smallest r seen in the step",

@@ -207,11 +207,17 @@ class TrainerConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     paramserver: ParamServerLink = field(default_factory=ParamServerLink)
-    keep_versions: int = 2  # past versions' params held in host memory for π_old, >= 0
+    # π_old: the params of past versions, held on the host (and saved with each checkpoint, so
+    # a restored trainer has them too): those up to keep_versions before the current one that
+    # are multiples of keep_every (a run sets its largest staleness and its reload interval j:
+    # rollouts come only from multiples of j), >= 0 and >= 1
+    keep_versions: int = 2
+    keep_every: int = 1
     compile_cache_dir: str = "~/.cache/rlx/jax-compile"  # JAX persistent cache; "" = off
 
     def __post_init__(self) -> None:
         _nonneg(self, "keep_versions")
+        _positive(self, "keep_every")
         if self.objective.has_kl and self.update.reference == "none":
             beta = self.objective.effective()["beta"]
             whose = "the override" if self.objective.beta is not None else "the preset's default"
