@@ -42,6 +42,10 @@ def _write_run(run: Path, steps: int = 60) -> None:
             "trainer/loss": 0.01,
             "trainer/mismatch_mean": 0.006,
             "trainer/mismatch_max": 0.17,
+            "trainer/mismatch_p95": 0.0 if s < 3 else 0.01,  # 0 is exact: not on a log scale
+            "trainer/lag_kl_k3": 0.002 * (s % 2),
+            "trainer/lag_ratio_min": 1.0 - 0.1 * (s % 2),
+            "trainer/lag_ratio_max": 1.0 + 0.3 * (s % 2),
         }
         if s % 20 == 0:
             rec["heldout"] = 0.46 + s / steps / 2
@@ -56,7 +60,7 @@ def test_plot_writes_a_png_in_the_run_dir_and_prints_its_path(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     path = run / "plot.png"
     assert result.stdout.strip() == str(path)
-    assert _png_size(path) == (1200, 800)
+    assert _png_size(path) == (1200, 1100)
 
 
 def test_plot_out_option_and_metrics_without_optional_series(tmp_path: Path) -> None:
@@ -68,7 +72,7 @@ def test_plot_out_option_and_metrics_without_optional_series(tmp_path: Path) -> 
     result = runner.invoke(app, ["plot", str(run), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str(out)
-    assert _png_size(out) == (1200, 800)
+    assert _png_size(out) == (1200, 1100)
     assert not (run / "plot.png").exists()
 
 
@@ -143,3 +147,20 @@ def test_a_mixed_run_draws_each_datasets_reward(tmp_path: Path) -> None:
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     result = runner.invoke(app, ["plot", str(run)])
     assert result.exit_code == 0, result.output
+
+
+def test_the_policy_lag_is_drawn_per_staleness() -> None:
+    from rlx_cli.plot_cmd import _by_staleness
+
+    records = [
+        {"step": 1, "staleness": 0, "trainer/lag_kl_k3": 0.0},
+        {"step": 2, "staleness": 1, "trainer/lag_kl_k3": 0.02},
+        {"step": 3, "staleness": 1, "trainer/lag_kl_k3": 0.03},
+        {"step": 4, "trainer/lag_kl_k3": 0.01},  # a record from before staleness was logged
+        {"step": 5, "staleness": 2},
+    ]
+    assert _by_staleness(records, "trainer/lag_kl_k3") == {
+        0: ([1], [0.0]),
+        1: ([2, 3], [0.02, 0.03]),
+        -1: ([4], [0.01]),
+    }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
@@ -33,7 +34,18 @@ def _write_run(run: Path) -> None:
     times = [9.0, 1.0, 1.0, 2.0, 1.0, 3.0]
     for step, s in enumerate(times, start=1):
         lines.append({"step": step, "reward": step / 10, "staleness": step % 2, "step_s": s})
-    lines.append({"step": 6, "reward": 0.65, "staleness": 1, "step_s": 2.0})  # resumed: replaces
+        lines[-1] |= {
+            "trainer/mismatch_mean": 1e-6,
+            "trainer/mismatch_p95": 5e-7,
+            "trainer/mismatch_max": 2e-3,
+            "trainer/lag_kl_k3": 0.01 * step * (step % 2),
+            "trainer/lag_ratio_min": 1.0 - 0.1 * step * (step % 2),
+            "trainer/lag_ratio_max": 1.0 + 0.2 * step * (step % 2),
+        }
+    # resumed: replaces step 6
+    lines.append(
+        {"step": 6, "reward": 0.65, "staleness": 1, "step_s": 2.0, "trainer/lag_kl_k3": 0.1}
+    )
     (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     SnapshotStore(open_storage(str(run))).write(
         Snapshot(
@@ -82,6 +94,16 @@ def test_status_then_down_of_a_run_with_one_live_service(tmp_path: Path) -> None
         assert status["reward"] == 0.65  # the last line of step 6 won
         assert status["staleness"] == {"0": 2, "1": 4}  # steps 2, 4 and 1, 3, 5, 6
         assert status["heldout"] == {"0": 0.5}
+        # the numerics of the newest step (its record has none), the lag apart, per staleness
+        assert status["numerical_mismatch"] is None
+        lag = status["policy_lag"]
+        assert lag["0"] == {"steps": 2, "kl_k3": 0.0, "ratio_min": 1.0, "ratio_max": 1.0}
+        assert lag["1"]["steps"] == 4 and lag["1"]["kl_k3"] == pytest.approx(
+            (0.01 + 0.03 + 0.05 + 0.1) / 4
+        )
+        assert lag["1"]["ratio_min"] == pytest.approx(0.5) and lag["1"][
+            "ratio_max"
+        ] == pytest.approx(2.0)
         # step times 9, 1, 1, 2, 1, 2 (step 6 replaced): median 2.0 (upper), 4 steps left
         assert status["s_per_step"] == 2.0 and status["eta_s"] == 8.0
         assert status["last_snapshot"]["step"] == 4
@@ -90,6 +112,7 @@ def test_status_then_down_of_a_run_with_one_live_service(tmp_path: Path) -> None
         table = runner.invoke(app, ["status", str(run)])
         assert table.exit_code == 0
         assert "6 / 10" in table.stdout and "paramserver-0" in table.stdout
+        assert "staleness 1: KL k3 0.0475, ratio 0.5-2 (4 steps)" in table.stdout
 
         down = runner.invoke(app, ["down", str(run)])
         assert down.exit_code == 0, down.output

@@ -1,11 +1,14 @@
 """`rlx plot RUN [--out PATH]`: a PNG of a run's metrics per step.
 
-Four panels from `RUN/metrics.jsonl`: the batch's mean reward (in a run mixing datasets, each
+Six panels from `RUN/metrics.jsonl`: the batch's mean reward (in a run mixing datasets, each
 dataset's too, `reward/<name>`), the held-out accuracy (eval steps;
-with `[eval] samples` also each eval dataset's sampled pass@1 and pass@k),
-the sampler/trainer log-prob mismatch the trainer reports (`trainer/mismatch_mean`, `_max`, nats)
-and throughput (generated tokens/s, steps/s). Drawn with matplotlib's Agg canvas (no display, no
-pyplot state), written to `RUN/plot.png` unless `--out` says otherwise.
+with `[eval] samples` also each eval dataset's sampled pass@1 and pass@k), the numerical
+mismatch (|log π_sampler − log π_trainer| on the same version: `trainer/mismatch_mean`, `_p95`,
+`_max`, nats, log scale), throughput (generated tokens/s, steps/s), and the policy lag between
+the version that generated a batch and the params it trains (`trainer/lag_kl_k3`, and the IS
+ratio range `trainer/lag_ratio_min` / `_max`), coloured by the batch's staleness. Drawn with
+matplotlib's Agg canvas (no display, no pyplot state), written to `RUN/plot.png` unless `--out`
+says otherwise.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["PLOT_FILE", "read_metrics", "register", "write_plot"]
 
 PLOT_FILE = "plot.png"
-WIDTH_IN, HEIGHT_IN, DPI = 12, 8, 100  # a 1200 x 800 PNG
+WIDTH_IN, HEIGHT_IN, DPI = 12, 11, 100  # a 1200 x 1100 PNG
 
 
 def read_metrics(run: Path) -> list[dict[str, Any]]:
@@ -171,19 +174,61 @@ def _heldout(ax: Any, records: list[dict[str, Any]]) -> None:
 
 
 def _mismatch(ax: Any, records: list[dict[str, Any]]) -> None:
-    ax.set_title("sampler/trainer log-prob mismatch (nats)")
+    ax.set_title("numerical mismatch: sampler vs trainer, same version (nats)")
     found = False
     for key, color in (
         ("trainer/mismatch_mean", "tab:red"),
+        ("trainer/mismatch_p95", "tab:brown"),
         ("trainer/mismatch_max", "tab:orange"),
     ):
         xs, ys = _series(records, key)
-        if xs:
-            ax.plot(xs, ys, color=color, linewidth=0.9, label=key.removeprefix("trainer/"))
+        pos = [(x, y) for x, y in zip(xs, ys, strict=True) if y > 0]  # log scale: 0 is exact
+        if pos:
+            ax.plot(*zip(*pos, strict=True), color=color, linewidth=0.9, label=key[8:])
             found = True
     if not found:
-        return _no_data(ax, "trainer/mismatch_*")
+        return _no_data(ax, "trainer/mismatch_* above 0")
+    ax.set_yscale("log")
     ax.legend(loc="upper right")
+
+
+def _by_staleness(records: list[dict[str, Any]], key: str) -> dict[int, tuple[list, list]]:
+    """`key`'s points per step, grouped by the batch's staleness (-1 where not recorded)."""
+    groups: dict[int, tuple[list, list]] = {}
+    for rec in records:
+        value = rec.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            xs, ys = groups.setdefault(int(rec.get("staleness", -1)), ([], []))
+            xs.append(rec["step"])
+            ys.append(float(value))
+    return groups
+
+
+def _lag(ax: Any, records: list[dict[str, Any]]) -> None:
+    ax.set_title("policy lag: KL(π_generating ‖ π_trained), k3 (nats)")
+    groups = _by_staleness(records, "trainer/lag_kl_k3")
+    if not groups:
+        return _no_data(ax, "trainer/lag_kl_k3")
+    for staleness, (xs, ys) in sorted(groups.items()):
+        ax.plot(xs, ys, marker=".", linestyle="none", label=f"staleness {staleness}")
+    ax.legend(loc="upper right", fontsize="small")
+
+
+def _lag_ratio(ax: Any, records: list[dict[str, Any]]) -> None:
+    ax.set_title("policy lag: π_trained / π_generating, min and max over tokens")
+    lows, highs = (_by_staleness(records, f"trainer/lag_ratio_{x}") for x in ("min", "max"))
+    if not highs:
+        return _no_data(ax, "trainer/lag_ratio_*")
+    for staleness in sorted(highs):
+        (line,) = ax.plot(*highs[staleness], marker="^", linestyle="none", markersize=3)
+        line.set_label(f"staleness {staleness}")
+        if staleness in lows:
+            ax.plot(
+                *lows[staleness], marker="v", linestyle="none", markersize=3, color=line.get_color()
+            )
+    ax.axhline(1.0, color="gray", linewidth=0.6)
+    ax.set_yscale("log")
+    ax.legend(loc="upper right", fontsize="small")
 
 
 def _throughput(ax: Any, records: list[dict[str, Any]]) -> None:
@@ -217,15 +262,17 @@ def draw_plot(records: list[dict[str, Any]], out: Path, name: str) -> Path:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, layout="constrained")
-    (ax_r, ax_h), (ax_m, ax_t) = fig.subplots(2, 2, sharex=True)
+    (ax_r, ax_h), (ax_m, ax_t), (ax_l, ax_q) = fig.subplots(3, 2, sharex=True)
     last = max((r["step"] for r in records), default=0)
     fig.suptitle(f"rlx run {name}: {last} steps")
     _reward(ax_r, records)
     _heldout(ax_h, records)
     _mismatch(ax_m, records)
     _throughput(ax_t, records)
-    ax_m.set_xlabel("step")
-    ax_t.set_xlabel("step")
+    _lag(ax_l, records)
+    _lag_ratio(ax_q, records)
+    ax_l.set_xlabel("step")
+    ax_q.set_xlabel("step")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, format="png")
@@ -242,7 +289,8 @@ def plot(
         None, "--out", help="Where to write the PNG [RUN/plot.png; ./plot.png for a remote RUN]."
     ),
 ) -> None:
-    """Plot reward, held-out accuracy, mismatch and throughput per step as a PNG; print its path.
+    """Plot reward, held-out accuracy, numerical mismatch, throughput and policy lag per step as
+    a PNG; print its path.
 
     A remote RUN is plotted from the metrics uploaded with its newest snapshot."""
     from rlx_controller.rundir import RunPaths

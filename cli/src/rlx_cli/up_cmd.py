@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -445,6 +446,11 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
     holder = read_holder(paths.storage)
     pid = _controller_pid(run)
     last = trained[-1] if trained else {}
+    numerics = {
+        k: last[f"trainer/mismatch_{k}"]
+        for k in ("mean", "p95", "max")
+        if isinstance(last.get(f"trainer/mismatch_{k}"), (int, float))
+    }
     return {
         "run": paths.uri,
         "work_dir": str(run),
@@ -459,6 +465,9 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
         "heldout": heldout,
         "eval": newest_eval,
         "staleness": staleness,
+        # sampler vs trainer on the same version, the newest step's (nats)
+        "numerical_mismatch": numerics or None,
+        "policy_lag": _policy_lag(trained[-LAG_STEPS:]),
         **_eta(trained, steps),
         "last_snapshot": None
         if snap is None
@@ -469,6 +478,27 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
             "created_unix": snap.created_unix,
         },
     }
+
+
+LAG_STEPS = 100  # `rlx status` sums up the policy lag of the newest steps
+
+
+def _policy_lag(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per staleness, over `records`: steps, the mean KL(π_generating ‖ π_trained) k3, and the
+    range of the ratio π_trained / π_generating (the trainer's `lag_*` metrics)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in records:
+        kl, stale = r.get("trainer/lag_kl_k3"), r.get("staleness")
+        if not isinstance(kl, (int, float)) or not isinstance(stale, int):
+            continue
+        g = out.setdefault(
+            str(stale), {"steps": 0, "kl_k3": 0.0, "ratio_min": math.inf, "ratio_max": -math.inf}
+        )
+        g["steps"] += 1
+        g["kl_k3"] += (kl - g["kl_k3"]) / g["steps"]
+        g["ratio_min"] = min(g["ratio_min"], r.get("trainer/lag_ratio_min", math.inf))
+        g["ratio_max"] = max(g["ratio_max"], r.get("trainer/lag_ratio_max", -math.inf))
+    return out
 
 
 def _hms(seconds: float | None) -> str:
@@ -541,6 +571,24 @@ def status(
         table.add_row(f"eval (step {out['eval']['step']})", _eval_figures(out["eval"]["figures"]))
     hist = sorted(out["staleness"].items(), key=lambda kv: int(kv[0]))
     table.add_row("staleness", ", ".join(f"{k}: {v} steps" for k, v in hist) or "-")
+    num = out["numerical_mismatch"]
+    table.add_row(
+        "numerical mismatch",
+        "-"
+        if not num
+        else ", ".join(f"{k} {v:.2g}" for k, v in num.items())
+        + " nats (sampler vs trainer, same version)",
+    )
+    lag = sorted(out["policy_lag"].items(), key=lambda kv: int(kv[0]))
+    table.add_row(
+        "policy lag",
+        "\n".join(
+            f"staleness {k}: KL k3 {g['kl_k3']:.3g}, ratio {g['ratio_min']:.3g}-"
+            f"{g['ratio_max']:.3g} ({g['steps']} steps)"
+            for k, g in lag
+        )
+        or "-",
+    )
     snap = out["last_snapshot"]
     table.add_row(
         "last snapshot",

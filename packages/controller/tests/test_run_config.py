@@ -108,7 +108,7 @@ def test_full_config_loads_round_trips_and_hashes() -> None:
     assert cfg.trainer.objective.overrides() == {"eps_high": 0.3, "beta": 0.0}
     assert cfg.trainer.optimizer.b2 == 0.95 and cfg.trainer.optimizer.schedule == "cosine"
     # a partial [trainer.update] / [paramserver] table keeps the run's defaults for the rest
-    assert cfg.trainer.update.minibatches == 2 and cfg.trainer.update.old_policy == "step_start"
+    assert cfg.trainer.update.minibatches == 2 and cfg.trainer.update.old_policy == "auto"
     assert cfg.paramserver.chunk_kib == 4096 and cfg.paramserver.max_versions == 8
     assert cfg.inference.limits.max_prompts == 64 and cfg.verifier.judge.workers == 3
     assert cfg.staleness.max_staleness == 4 and cfg.batch.units_per_batch == 4

@@ -291,7 +291,10 @@ def test_defaults_give_each_service_the_run_s_choices(tmp_path: Path) -> None:
     configs = _local_configs(cfg, tmp_path)
     _assert_sections_arrive(cfg, configs)
     trainer = configs["trainer"]
-    assert trainer.update.old_policy == "step_start" and trainer.reference == "init"  # grpo
+    # grpo: π_old is the generating version, and the reference the initial weights
+    assert trainer.old_policy == "generation" and trainer.reference == "init"
+    # (j, k) = (1, 1) with its default lag 1: batch b comes from version b - 1
+    assert trainer.keep_versions == 1 and trainer.keep_every == 1
     assert trainer.optimizer == type(trainer.optimizer)()  # rlx_trainer's own defaults
     assert trainer.paramserver.addresses == ("127.0.0.1:7001", "127.0.0.1:7002")
     assert trainer.paramserver.token_file == str(tmp_path / "token")
@@ -352,3 +355,20 @@ def test_a_written_trainer_config_is_plain_toml_with_comments(tmp_path: Path) ->
     assert data["objective"] == {"preset": "grpo", "beta": 0.0}  # unset overrides: not written
     assert data["optimizer"]["b1"] == 0.8
     assert "# Adam β1, 0-1" in text  # the field's doc, from rlx_core.configs.trainer
+
+
+@pytest.mark.parametrize(
+    ("staleness", "keep", "every"),
+    [("", 1, 1), ("reload=1\naccept=1\nlag=0", 0, 1), ("reload=4\naccept=8\nlag=5", 8, 4)],
+)
+def test_the_trainer_keeps_the_versions_the_schedule_can_still_use(
+    tmp_path: Path, staleness: str, keep: int, every: int
+) -> None:
+    """π_old = the generating version: the trainer holds (and checkpoints) the versions batches
+    still to train may come from: lag + j - 1 back, the multiples of j."""
+    cfg = loads_run_config(BASE + f"[staleness]\n{staleness}\n")
+    trainer = _local_configs(cfg, tmp_path)["trainer"]
+    assert (trainer.keep_versions, trainer.keep_every) == (keep, every)
+    assert cfg.staleness.max_staleness == keep
+    ppo = loads_run_config(BASE, overrides=["trainer.objective.preset=decoupled_ppo"])
+    assert _local_configs(ppo, tmp_path)["trainer"].old_policy == "step_start"

@@ -35,10 +35,6 @@ from rlx_core.configs.trainer import (
 __all__ = ["InferenceSection", "TrainerSection"]
 
 
-def _run_update() -> UpdateConfig:
-    return UpdateConfig(old_policy="step_start")
-
-
 @dataclass(frozen=True, kw_only=True)
 class TrainerSection:
     """The trainer's settings in a run: rlx_trainer's config sections (rlx_core.configs.trainer),
@@ -47,11 +43,11 @@ class TrainerSection:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)  # preset and overrides
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # AdamW and its schedule
     update: UpdateConfig = config_field(
-        default_factory=_run_update,
+        default_factory=UpdateConfig,
         merge=True,
-        doc="how a batch becomes updates; in a run old_policy defaults to step_start: π_old is "
-        "the params the trainer holds, so a resumed trainer replays its steps without past "
-        "versions (generation: the behaviour policy, which needs the paramservers' old versions)",
+        doc="how a batch becomes updates; old_policy auto = generation (π_old is the version "
+        "that generated the batch, recomputed by the trainer: the ratio and the clip act on "
+        "staleness) except for decoupled_ppo (step_start: its proximal policy)",
     )
     # remat, logprob_chunk and the trainer's dtypes; unset: ModelOptions' defaults with the
     # dtypes of [model]; set: its param_dtype and compute_dtype must be those of [model]

@@ -118,6 +118,10 @@ def trainer_config(
             uri=checkpoint_uri, keep=trainer_checkpoint_keep(cfg), staging_dir=staging_dir
         ),
         paramserver=TrainerLink(addresses=tuple(paramservers), token_file=token_file),
+        # π_old: the versions batches still to be trained may come from (the schedule's
+        # largest staleness back, multiples of j), held by the trainer and in its checkpoints
+        keep_versions=cfg.staleness.max_staleness,
+        keep_every=cfg.staleness.reload,
     )
 
 
