@@ -25,11 +25,16 @@ NEEDS_EXTRA_HEADERS = {"CPP/22", "CPP/38", "CPP/137", "CPP/162"}
 WRONG_BODY = "\n    return {};\n}\n"  # the declared type's default value: a wrong answer
 
 
+# every CPP_SUBSET-th problem by default (RLX_VERIFIER_FULL=1: all 164, minutes on 2 cores)
+CPP_SUBSET = 1 if os.environ.get("RLX_VERIFIER_FULL") == "1" else 2
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # 160+ compiles: minutes on 2 loaded cores
+@pytest.mark.timeout(900)  # 110 compiles (all: 220): minutes on 2 loaded cores
 def test_humaneval_x_cpp(verifier: Verifier) -> None:
     problems = load_jsonl(DATA / "code" / "humaneval_cpp.jsonl.gz")
     assert len(problems) == 164
+    problems = problems[::CPP_SUBSET]  # CPP/0, CPP/2, ...: three of the four below among them
 
     def run(p: dict, body: str) -> str:
         return verifier.run_program(
@@ -38,7 +43,7 @@ def test_humaneval_x_cpp(verifier: Verifier) -> None:
 
     canonical = verifier.map(lambda p: run(p, p["canonical_solution"]), problems)
     got = {p["task_id"]: s for p, s in zip(problems, canonical, strict=True)}
-    assert {t for t, s in got.items() if s == "CE"} == NEEDS_EXTRA_HEADERS
+    assert {t for t, s in got.items() if s == "CE"} == NEEDS_EXTRA_HEADERS & got.keys()
     assert {t for t, s in got.items() if s != "CE"} == {t for t, s in got.items() if s == "AC"}, {
         t: s for t, s in got.items() if s not in "ACCE"
     }
