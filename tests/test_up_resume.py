@@ -1,9 +1,12 @@
 """`rlx up` end to end through real service processes, and exact resume after SIGKILLs.
 
-A small demo config runs uninterrupted; the same config runs again, a random inference worker is
-SIGKILLed at one step (the controller restarts it and resumes from its newest snapshot), the
-controller itself is SIGKILLed at a later random step, and `rlx resume` finishes the run. The
-final params hash and the sequence of consumed prompts must equal the uninterrupted run's.
+A small demo config runs uninterrupted, generation running ahead of training (π_old is the
+version that generated each batch, recomputed by the trainer); the same config runs again: the
+trainer is SIGKILLed at one step and the paramserver (with every version it held) at a later one
+(each time the controller restarts it and resumes from its newest snapshot: the trainer comes
+back from a checkpoint and must recompute π_old from versions older than it), the controller
+itself is SIGKILLed at a later random step, and `rlx resume` finishes the run. The final params
+hash and the sequence of consumed prompts must equal the uninterrupted run's.
 
 The (1, 1) case keeps the killed run in S3 (moto's server on 127.0.0.1) and resumes it from a new,
 empty work directory, as on another machine after the first one was lost.
@@ -59,19 +62,22 @@ def _summary(run_dir: Path | str) -> dict[str, object]:
 @pytest.mark.timeout(1200)
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    ("reload", "accept", "dynamic", "remote"), [(1, 1, False, True), (2, 4, True, False)]
+    ("reload", "accept", "lag", "dynamic", "remote"),
+    [(1, 1, 1, False, True), (1, 2, 2, False, False), (2, 4, 1, True, False)],
 )
 def test_resume_after_sigkills_equals_an_uninterrupted_run(
     tmp_path: Path,
     request: pytest.FixtureRequest,
     reload: int,
     accept: int,
+    lag: int,
     dynamic: bool,
     remote: bool,
     clean_run: Callable[[tuple[str, ...]], Path],
 ) -> None:
-    # lag 1: generation runs a step ahead of training (the demo itself runs lockstep, lag 0)
-    extra = [f"staleness.reload={reload}", f"staleness.accept={accept}", "staleness.lag=1"]
+    # lag >= 1: generation runs ahead of training (the demo itself runs lockstep, lag 0); at
+    # (1, 2) batch b comes from version b - 2, at (2, 4) from b - 1 or b - 2
+    extra = [f"staleness.reload={reload}", f"staleness.accept={accept}", f"staleness.lag={lag}"]
     # (2, 4) also runs DAPO dynamic sampling: refills must replay exactly too
     extra.append(f"dynamic_sampling.enabled={'true' if dynamic else 'false'}")
     rng = random.Random(reload * 100 + accept)
@@ -86,12 +92,12 @@ def test_resume_after_sigkills_equals_an_uninterrupted_run(
     else:
         run = work = tmp_path / "killed"
     proc = _up(run, extra, work if remote else None)
-    # a component dies mid-run: the controller restarts it and carries on
-    _wait_step(work, rng.randint(1, 2), proc)
-    victim = read_services(work)["inference-0"]
-    os.kill(victim.pid, signal.SIGKILL)
+    # components die mid-run: the controller restarts each and carries on from its snapshot
+    for victim, step in (("trainer", rng.randint(1, 2)), ("paramserver-0", 3)):
+        _wait_step(work, step, proc)
+        os.kill(read_services(work)[victim].pid, signal.SIGKILL)
     # then the controller itself dies, without a chance to snapshot
-    _wait_step(work, rng.randint(3, STEPS - 1), proc)
+    _wait_step(work, rng.randint(4, STEPS - 1), proc)
     controller = int((work / "controller.pid").read_text())
     os.kill(controller, signal.SIGKILL)
     proc.wait(timeout=60)

@@ -746,7 +746,8 @@ class RunConfig:
     # retired tables: loading one says where its fields went
     MOVED_FIELDS: ClassVar[dict[str, str]] = {
         "algorithm": "[algorithm] moved to [trainer.objective] (preset = ..., and each override "
-        'as a field: preset = "grpo", beta = 0.0 instead of overrides = { beta = 0.0 })',
+        'as a field: preset = "grpo", beta = 0.0, tis_cap = 2.0 instead of overrides = '
+        "{ beta = 0.0 }); old_policy is [trainer.update] old_policy",
         "optimizer": "[optimizer] moved to [trainer.optimizer] (rlx_trainer's OptimizerConfig: "
         "lr, schedule, warmup_steps, decay_steps, final_lr_ratio, b1, b2, eps, weight_decay, "
         "clip_norm; its schedule defaults to cosine)",
