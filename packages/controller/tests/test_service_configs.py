@@ -372,3 +372,15 @@ def test_the_trainer_keeps_the_versions_the_schedule_can_still_use(
     assert cfg.staleness.max_staleness == keep
     ppo = loads_run_config(BASE, overrides=["trainer.objective.preset=decoupled_ppo"])
     assert _local_configs(ppo, tmp_path)["trainer"].old_policy == "step_start"
+
+
+def test_the_models_dtypes_reach_the_trainer_and_every_worker(tmp_path: Path) -> None:
+    """The sampler computes as the trainer does: bf16 compute on f32 params runs in bf16 in
+    every worker too (it once ran f32 there, and the "mismatch" was the dtypes' difference)."""
+    cfg = loads_run_config(BASE, overrides=["model.compute_dtype=bfloat16"])
+    configs = _local_configs(cfg, tmp_path)
+    trainer = configs["trainer"].model
+    assert (trainer.param_dtype, trainer.compute_dtype) == ("float32", "bfloat16")
+    for name in ("inference-0", "inference-1"):
+        model = configs[name].model
+        assert (model.dtype, model.compute_dtype) == ("float32", "bfloat16"), name

@@ -200,3 +200,16 @@ def test_a_unit_whose_caller_gave_up_stops_and_the_next_unit_is_served(servers) 
         assert status.free_blocks == status.total_blocks and status.active == 0
         assert worker.service.engine.cancelled_units == 1
         assert worker.service.lifecycle.info["units_cancelled"] == "1"
+
+
+def test_the_model_source_sets_params_and_compute_dtypes_apart() -> None:
+    from rlx_core.configs.inference import InferenceConfig, ModelSource
+    from rlx_inference.service import load_model
+
+    def dtypes(**source: str) -> tuple[str, str]:
+        cfg, _ = load_model(InferenceConfig(model=ModelSource(builtin="tiny", **source)))
+        return cfg.param_dtype, cfg.compute_dtype
+
+    assert dtypes() == ("float32", "float32")
+    assert dtypes(dtype="bfloat16") == ("bfloat16", "bfloat16")  # compute follows, unset
+    assert dtypes(compute_dtype="bfloat16") == ("float32", "bfloat16")

@@ -133,10 +133,14 @@ def inference_config(
     token_file: str | None,
     tensor_parallel: int | None = None,
 ) -> InferenceConfig:
-    """Inference worker `index`'s config: the checkpoint's architecture in [model]'s dtype,
+    """Inference worker `index`'s config: the checkpoint's architecture in [model]'s dtypes,
     `[inference]`'s engine (see `engine_config`) and limits, and the replicas it pulls from."""
     return InferenceConfig(
-        model=ModelSource(checkpoint=cfg.model.path, dtype=cfg.model.param_dtype),
+        model=ModelSource(
+            checkpoint=cfg.model.path,
+            dtype=cfg.model.param_dtype,
+            compute_dtype=cfg.model.compute_dtype,
+        ),
         engine=engine_config(cfg, tensor_parallel=tensor_parallel),
         limits=cfg.inference.limits,
         paramserver=InferenceLink(addresses=tuple(paramservers), token_file=token_file),

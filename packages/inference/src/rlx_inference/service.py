@@ -66,18 +66,18 @@ def _over(name: str, what: str, value: int, cap: str, limit: int) -> InvalidArgu
 def load_model(config: InferenceConfig) -> tuple[ModelConfig, Params | None]:
     """The model config and, for an HF checkpoint holding weights, those weights (version 0)."""
     source = config.model
-    dtype = source.dtype
+    dtype, compute = source.dtype, source.compute_dtype or source.dtype
     if source.builtin:
         if source.builtin not in TINY_CONFIGS:
             raise InvalidArgument(
                 f"model.builtin: {source.builtin!r} is not one of {sorted(TINY_CONFIGS)}",
                 field="model.builtin",
             )
-        return replace(TINY_CONFIGS[source.builtin], param_dtype=dtype, compute_dtype=dtype), None
+        return replace(TINY_CONFIGS[source.builtin], param_dtype=dtype, compute_dtype=compute), None
     directory = Path(source.checkpoint).expanduser()
     if any(directory.glob("model*.safetensors*")):
-        return load_checkpoint(directory, param_dtype=dtype, compute_dtype=dtype)
-    return load_config(directory, param_dtype=dtype, compute_dtype=dtype), None
+        return load_checkpoint(directory, param_dtype=dtype, compute_dtype=compute)
+    return load_config(directory, param_dtype=dtype, compute_dtype=compute), None
 
 
 class InferenceService:

@@ -61,7 +61,10 @@ class ModelSource:
 
     checkpoint: str = ""  # HF directory: its config.json (weights there are loaded as version 0)
     builtin: str = ""  # or a built-in tiny config name ("tiny", "small")
-    dtype: Literal["float32", "bfloat16"] = "float32"  # params and compute
+    dtype: Literal["float32", "bfloat16"] = "float32"  # params (and compute, unless set below)
+    # the matmuls' input dtype; "" = dtype. A run sets [model]'s, the trainer's: the sampler's
+    # log-probs are only comparable with the trainer's when both compute alike
+    compute_dtype: Literal["", "float32", "bfloat16"] = ""
 
     def __post_init__(self) -> None:
         if bool(self.checkpoint) == bool(self.builtin):
