@@ -21,7 +21,8 @@ def _trainer(**sections: object) -> Trainer:
 
 
 def _round_trip(uri: str) -> CheckpointStore:
-    """Train, save at step 2, train on; restore step 2 and replay: bit-identical everywhere."""
+    """Train, save at step 2, train on; restore step 2 and replay: bit-identical everywhere,
+    the replayed batch a stale one (π_old = version 1, from the checkpoint's past versions)."""
     store = CheckpointStore(uri, keep=2)
     t = _trainer()
     for i in range(2):
@@ -29,12 +30,14 @@ def _round_trip(uri: str) -> CheckpointStore:
     saved_params, saved_opt = flat(t.state.params), t.state.opt_state
     saved_rng = np.asarray(t.state.rng)
     assert t.save(store) == 2
-    t.train_step(rl_batch(7, version=2))
+    t.train_step(rl_batch(7, version=1))
     after_one_more = flat(t.state.params)
     assert store.steps() == [2]
+    assert store.meta(2)[1]["past_versions"] == [0, 1]
 
     fresh = Trainer.from_checkpoint(config(), store)
     assert fresh.state.step == 2 and fresh.state.updates == 2
+    assert fresh.kept_versions == [0, 1] and fresh.puller is None
     assert_bit_equal(fresh.state.params, _unflat(saved_params))
     np.testing.assert_array_equal(np.asarray(fresh.state.rng), saved_rng)
     import jax
@@ -43,7 +46,7 @@ def _round_trip(uri: str) -> CheckpointStore:
         jax.tree.leaves(fresh.state.opt_state), jax.tree.leaves(saved_opt), strict=True
     ):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
-    fresh.train_step(rl_batch(7, version=2))
+    fresh.train_step(rl_batch(7, version=1))
     assert_bit_equal(fresh.state.params, _unflat(after_one_more))
 
     # keep the last 2
