@@ -39,8 +39,15 @@ from rlx_core.config import to_toml
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
 
-# the --set values of test_up_resume's (1, 1) case, whose clean run this test compares with
-RESUME_CASE = ("staleness.reload=1", "staleness.accept=1", "dynamic_sampling.enabled=false")
+# the --set values of test_up_resume's (1, 1) case, whose clean run this test compares with:
+# lag 1, so the preempted trainer comes back from a gs:// checkpoint with the past version π_old
+# of its first batch needs
+RESUME_CASE = (
+    "staleness.reload=1",
+    "staleness.accept=1",
+    "staleness.lag=1",
+    "dynamic_sampling.enabled=false",
+)
 SECRET = "rlx-test-token"
 PROJECT = "test-project"
 
@@ -195,8 +202,8 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
     config = _config(tmp_path, run, token)
     work = tmp_path / "work"
 
-    # the reference: the demo run with every service a local process; the demo's staleness is
-    # (1, 1) without dynamic sampling, as test_up_resume's first case (which shares it)
+    # the reference: the demo run with every service a local process, at (1, 1) lag 1 without
+    # dynamic sampling, as test_up_resume's first case (which shares it)
     clean = clean_run(RESUME_CASE)
     reference = json.loads((clean / "summary.json").read_text())
 
@@ -217,6 +224,7 @@ def test_up_on_tpu_preempted_resumed_and_deleted(
                     *CLI,
                     *("up", str(config), "--provider", "gcp-tpu", "--work-dir", str(work)),
                     *small_sets(),
+                    *(x for s in RESUME_CASE for x in ("--set", s)),
                 ],
                 env=env,
                 stdout=subprocess.PIPE,
