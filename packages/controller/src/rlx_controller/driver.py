@@ -317,6 +317,15 @@ def _service_of(what: str) -> str:
     return what.split(" ", 1)[0]
 
 
+def _waits_on(service: str, live: Liveness) -> tuple[str, ...]:
+    """The services a call to `service` waits on through it: the trainer pushes every version
+    to the paramservers and a worker pulls from one, so a hung paramserver (SIGSTOPped) holds
+    their calls while they still answer status calls themselves."""
+    if service == "trainer" or service.startswith("inference"):
+        return tuple(s for s in live.services if s.startswith("paramserver"))
+    return ()
+
+
 def _retry(
     fn: Callable[[], Any],
     what: str,
@@ -498,7 +507,12 @@ class Driver:
         """fn() through `_retry`; a call to a service that stops answering status calls (it
         hangs) is given up after the component deadline (rlx_controller.liveness)."""
         live = self._liveness
-        watched = fn if live is None else functools.partial(live.call, fn, _service_of(what))
+        service = _service_of(what)
+        watched = (
+            fn
+            if live is None
+            else functools.partial(live.call, fn, service, through=_waits_on(service, live))
+        )
         try:
             dead = self.services.provider.dead if self.services is not None else list
             return _retry(watched, what, self.deadline_s, self.log, dead)

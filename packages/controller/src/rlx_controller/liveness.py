@@ -75,18 +75,27 @@ class Liveness:
         last = self._last_ok.get(service)
         return 0.0 if last is None else time.monotonic() - last
 
-    def call(self, fn: Callable[[], T], service: str) -> T:
-        """fn(), or NotAnswering once `service` has been silent for the deadline meanwhile."""
-        if service not in self._clients:
+    @property
+    def services(self) -> list[str]:
+        """The services watched, by name."""
+        return list(self._clients)
+
+    def call(self, fn: Callable[[], T], service: str, *, through: tuple[str, ...] = ()) -> T:
+        """fn(), or NotAnswering once `service`, or a service the call waits on through it
+        (`through`: a TrainStep waits on the paramservers it pushes to), has been silent for the
+        deadline meanwhile (the NotAnswering names the silent one)."""
+        watched = [s for s in (service, *through) if s in self._clients]
+        if not watched:
             return fn()
         future: Future[Any] = self._pool.submit(fn)
         while True:
             try:
                 return future.result(timeout=1.0)
             except FutureTimeout:
-                silent = self.silent_s(service)
-                if silent > self.deadline_s:
-                    raise NotAnswering(service, silent) from None
+                for name in watched:
+                    silent = self.silent_s(name)
+                    if silent > self.deadline_s:
+                        raise NotAnswering(name, silent) from None
 
     def close(self) -> None:
         self._stop.set()
