@@ -172,7 +172,7 @@ def test_params_hash_names_the_params_by_their_manifest() -> None:
     from rlx_core.clients.paramserver import TensorSpec
 
     def spec(name: str, digest: str, shape: tuple[int, ...] = (4,)) -> TensorSpec:
-        return TensorSpec(name, np.dtype(np.float32), shape, 0, shape, 16, digest, 0)
+        return TensorSpec(name, np.dtype(np.float32), shape, 0, shape, 16, digest)
 
     a, b = spec("a", "1" * 64), spec("b", "2" * 64)
     assert params_hash([a, b]) == params_hash([b, a])  # order of the manifest does not matter

@@ -129,12 +129,12 @@ def _interpreter_tuned() -> Iterator[None]:
 
 def params_hash(manifest: Sequence[TensorSpec]) -> str:
     """sha256 over a version's manifest in name order: each tensor's name, dtype, shape and the
-    sha256 the paramserver computed over its bytes when it received them. It identifies the
-    params exactly without moving them (a snapshot at every reload boundary must not pull the
-    whole model)."""
+    digest (XXH3-128) the paramserver computed over its bytes when it received them. It
+    identifies the params exactly without moving them (a snapshot at every reload boundary must
+    not pull the whole model)."""
     h = hashlib.sha256()
     for t in sorted(manifest, key=lambda t: t.name):
-        h.update(f"{t.name}|{t.dtype.str}|{t.shape}|{t.sha256}\n".encode())
+        h.update(f"{t.name}|{t.dtype.str}|{t.shape}|{t.digest}\n".encode())
     return h.hexdigest()
 
 

@@ -46,6 +46,7 @@ from rlx_core.errors import (
 from rlx_core.lifecycle import Lifecycle
 from rlx_paramserver._version import __version__
 from rlx_paramserver.config import ParamServerConfig
+from rlx_paramserver.pool import FilePool
 from rlx_paramserver.store import (
     TensorMeta,
     TensorWriter,
@@ -199,6 +200,29 @@ class PushSession:
         finally:
             os.close(fd)
 
+    def place(self) -> None:
+        """Make every chunk file, for a same-host client to write in place (PushInPlace)."""
+        self._check_open()
+        if self.version.dir is None:
+            raise FailedPrecondition("this paramserver keeps its versions outside shared memory")
+        self.version.make_files()
+
+    def finish_in_place(self, sums: Mapping[str, tuple[str, Sequence[int]]]) -> int:
+        """Take the files the client wrote (`sums`: name -> (digest, chunk CRC32Cs)) once each
+        is checked, then stage the version; its byte count."""
+        self._check_open()
+        unknown = sorted(set(sums) - set(self.version.metas))
+        if unknown:
+            raise InvalidArgument(
+                f"version {self.version.version}: checksums for tensors not in the push header: "
+                f"{unknown[:10]}"
+            )
+        self.version.adopt_files(sums)
+        self._closed = True
+        self._writers = {}
+        self._service._staged_complete(self._entry, self.version)
+        return self.version.nbytes
+
     def finish(self) -> int:
         """Check every declared tensor arrived in full, then stage the version; its byte count."""
         self._check_open()
@@ -223,6 +247,8 @@ class PushSession:
         """Forget the version (the push failed or was cancelled) and free its storage now."""
         if not self._closed:
             self._closed = self._aborted = True
+            for writer in self._writers.values():
+                writer.close()
             self._writers = {}  # their partial blocks
             self.version.discard()
             self._service._abort_push(self.version.version, self._entry)
@@ -363,6 +389,7 @@ class ParamServerService:
             self._cleanup = weakref.finalize(
                 self, shutil.rmtree, self.store_root, ignore_errors=True
             )
+        self._pool = FilePool(self.store_root) if self.store_root is not None else None
         self._cond = threading.Condition()
         self._committed: dict[int, Version] = {}
         self._staged: dict[int, _Staged] = {}  # admitted pushes, received in full or not
@@ -406,7 +433,9 @@ class ParamServerService:
             self._staged[version] = entry
         stored = None
         try:
-            stored = Version(version, metas, self.store_root)
+            stored = Version(version, metas, self.store_root, self._pool)
+            if self._pool is not None:
+                self._pool.note_version(stored.nbytes)
             return PushSession(self, stored, self.config.chunk_kib << 10, entry, cancelled)
         except BaseException:
             if stored is not None:
@@ -682,6 +711,8 @@ class ParamServerService:
             self._staged.clear()
             self._cond.notify_all()
         self._reaper.close()
+        if self._pool is not None:
+            self._pool.clear()
         if self.store_root is not None:
             self._cleanup()
 

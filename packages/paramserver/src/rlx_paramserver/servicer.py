@@ -6,6 +6,7 @@ RlxErrors raised by the service become gRPC statuses through rlx_core's error in
 from __future__ import annotations
 
 import zlib
+from typing import TypeVar
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -25,6 +26,8 @@ __all__ = ["ParamServerServicer", "registrations"]
 # deadline turns it into DEADLINE_EXCEEDED.
 _DEADLINE_MARGIN_S = 0.5
 
+_Msg = TypeVar("_Msg")
+
 
 def spec_to_proto(meta: TensorMeta, store_key: str = "") -> pb.TensorSpec:
     return pb.TensorSpec(
@@ -33,8 +36,7 @@ def spec_to_proto(meta: TensorMeta, store_key: str = "") -> pb.TensorSpec:
         shape=list(meta.shape),
         shard_axis=meta.shard_axis,
         chunk_shape=list(meta.chunk_shape),
-        sha256=meta.sha256,
-        crc32c=meta.crc32c,
+        digest=meta.digest,
         nbytes=meta.nbytes,
         chunk_crc32c=list(meta.chunk_crc32c),
         store_key=store_key,
@@ -92,6 +94,42 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
             session.abort()
             raise
         return self._stored(request.header, nbytes, True)
+
+    def PushInPlace(
+        self, request_iterator: Iterator[pb.PushInPlaceRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.PushInPlaceReply]:
+        requests = _until_cut(request_iterator)
+        first = next(requests, None)
+        if first is None or first.WhichOneof("item") != "header":
+            raise InvalidArgument("an in-place push starts with a PushHeader")
+        header = first.header
+        session = self._begin(header, context)
+        try:
+            session.place()
+            version = session.version
+            yield pb.PushInPlaceReply(
+                targets=pb.PullHeader(
+                    version=header.version,
+                    tensors=[spec_to_proto(m, version.key(m.name)) for m in version.metas.values()],
+                    created_unix=version.created,
+                    store_dir=version.dir or "",
+                )
+            )
+            second = next(requests, None)
+            if second is None or second.WhichOneof("item") != "written":
+                raise InvalidArgument(
+                    "an in-place push sends InPlaceWritten after the targets, before it ends"
+                )
+            sums = {}
+            for t in second.written.tensors:
+                if t.name in sums:
+                    raise InvalidArgument(f"tensor {t.name!r}: checksums sent twice")
+                sums[t.name] = (t.digest, list(t.chunk_crc32c))
+            nbytes = session.finish_in_place(sums)
+        except BaseException:
+            session.abort()
+            raise
+        yield pb.PushInPlaceReply(result=self._stored(header, nbytes, True))
 
     def _begin(self, header: pb.PushHeader, context: grpc.ServicerContext) -> PushSession:
         """Admit the push; a client that goes away (cancel, deadline) ends its wait for room
@@ -204,7 +242,7 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
         pb_grpc.add_ParamServerServicer_to_server(self, server)
 
 
-def _until_cut(requests: Iterator[pb.PushRequest]) -> Iterator[pb.PushRequest]:
+def _until_cut(requests: Iterator[_Msg]) -> Iterator[_Msg]:
     """The push's messages; `Cancelled` when its stream is cut (the client cancelled it, its
     deadline passed, or the server is stopping) instead of grpc's bare RpcError."""
     received = 0

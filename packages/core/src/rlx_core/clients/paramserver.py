@@ -4,8 +4,11 @@ progress, list and drop versions; plus a push client for R replicas.
 Same-host fast path: when the server is on a loopback address and both sides see /dev/shm, no
 bytes go through gRPC. The client proposes it once (a probe file the server must read back, and
 the server's store directory the client must be able to open); if either side cannot, everything
-goes over gRPC streaming. A push writes the tensors into a segment the client makes (and unlinks
-before the call returns) and the server reads it. A pull maps the server's chunk files read-only:
+goes over gRPC streaming. A push writes the tensors straight into the server's own chunk files
+(`PushInPlace`: the server makes them, from files of deleted versions when it has them, so the
+pages are already there; the client maps each one, copies its bytes in, checksums and unmaps it;
+the server checks nobody still has a file open and every CRC32C before it stages the version):
+one copy, no segment, no fresh pages in the steady state. A pull maps the server's chunk files read-only:
 a tensor whose chunks are runs of its C-order bytes (one chunk, or chunks split along a leading
 axis, each a whole number of pages) is returned as a view of its files mapped back to back, with
 no copy at all; any other tensor, a slice or a pull into `out` arrays is copied once from the
@@ -15,8 +18,9 @@ the pages live until the last array viewing them goes.
 
 Integrity: every chunk the client maps is checked against the CRC32C the server recorded for it
 at push; over gRPC, every message carries a CRC32 and every whole tensor is checked against the
-CRC32C recorded at push (the server checks each stored chunk it reads, so slices too). A mismatch
-raises `Corrupt`, never returns wrong data. CRC32C runs at memory speed (google-crc32c, SSE4.2).
+XXH3-128 digest recorded at push (the server checks each stored chunk it reads, so slices too). A
+mismatch raises `Corrupt`, never returns wrong data. CRC32C (google-crc32c, SSE4.2) and XXH3 run
+at memory speed.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import itertools
 import math
 import mmap
 import os
+import queue
 import re
 import secrets
 import sys
@@ -42,6 +47,7 @@ from typing import Any
 import google_crc32c
 import grpc
 import numpy as np
+import xxhash
 
 from rlx_core.clients._base import ServiceClient
 from rlx_core.errors import Corrupt, FailedPrecondition, InvalidArgument, NotFound, RlxError
@@ -74,6 +80,7 @@ _ALIGN = 64
 _PAGE = mmap.PAGESIZE
 _STORE_KEY = re.compile(r"[0-9]+/")
 _VERSION_DIR = re.compile(r"v[0-9]+-[0-9a-f]+")
+PUSH_CHUNK_BYTES = 8 << 20  # a gRPC push's message size
 
 Slice = tuple[slice, ...] | tuple[Sequence[int], Sequence[int]]
 
@@ -88,8 +95,7 @@ class TensorSpec:
     shard_axis: int
     chunk_shape: tuple[int, ...]
     nbytes: int
-    sha256: str
-    crc32c: int
+    digest: str  # XXH3-128 hex of the C-order bytes
 
 
 @dataclass(frozen=True)
@@ -132,8 +138,7 @@ def _spec(msg: pb.TensorSpec) -> TensorSpec:
         shard_axis=msg.shard_axis,
         chunk_shape=tuple(int(d) for d in msg.chunk_shape),
         nbytes=msg.nbytes,
-        sha256=msg.sha256,
-        crc32c=msg.crc32c,
+        digest=msg.digest,
     )
 
 
@@ -305,10 +310,11 @@ class ParamServerClient(ServiceClient):
         channel: grpc.Channel | None = None,
         timeout: float = 120.0,
         shared_memory: bool | None = None,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        chunk_bytes: int = PUSH_CHUNK_BYTES,
     ) -> None:
         """`shared_memory`: None negotiates the same-host fast path, False never uses it, True
-        requires it (raises if the server cannot)."""
+        requires it (raises if the server cannot). `chunk_bytes`: the size of a gRPC push's
+        messages (8 MiB: one message per storage chunk, far below the 64 MiB limit)."""
         super().__init__(
             address, token=token, token_file=token_file, channel=channel, timeout=timeout
         )
@@ -422,24 +428,17 @@ class ParamServerClient(ServiceClient):
             ],
             commit=commit,
         )
-        segment = None
         try:
+            reply = None
             if self.fast_path:
-                # one unary call: the header and the segment (a stream costs a thread more)
-                segment = _Segment(sum(_padded(a.nbytes) for a in arrays.values()))
-                shm = self._shm_fill(arrays, segment)
-                reply = self._stub.PushShm(
-                    pb.PushShmRequest(header=header, shm=shm), timeout=timeout or self._timeout
-                )
-            else:
+                with contextlib.suppress(_StoreMoved):  # then over gRPC
+                    reply = self._push_in_place(header, arrays, timeout or self._timeout)
+            if reply is None:
                 reply = self._stub.Push(
                     self._grpc_push(header, arrays), timeout=timeout or self._timeout
                 )
         except grpc.RpcError as e:
             raise from_rpc_error(e, target=self.address) from None
-        finally:
-            if segment is not None:
-                segment.close()
         if commit and not reply.committed:  # a server that predates PushHeader.commit
             raise FailedPrecondition(
                 f"{self.address}: version {version} was staged but not committed (the server "
@@ -456,17 +455,86 @@ class ParamServerClient(ServiceClient):
             for chunk in tensor_to_chunks(name, array, chunk_bytes=self._chunk_bytes):
                 yield pb.PushRequest(chunk=chunk)
 
-    @staticmethod
-    def _shm_fill(arrays: Mapping[str, np.ndarray], segment: _Segment) -> pb.ShmRef:
-        """Copy every tensor into `segment`; the reference naming where each one is."""
-        ref = pb.ShmRef(path=segment.path)
-        offset = 0
-        for name, array in arrays.items():
-            raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-            segment.buffer[offset : offset + raw.size] = raw
-            ref.entries.append(pb.ShmEntry(name=name, offset=offset, nbytes=raw.size))
-            offset += _padded(raw.size)
-        return ref
+    def _same_store(self, directory: str) -> bool:
+        """Whether `directory` is in the store negotiated with the server; a replica restarted
+        on the same address has a new store, so negotiate again first. False: the server cannot
+        share it with this client (bytes go over gRPC)."""
+        if os.path.dirname(directory) == self._store_root:
+            return True
+        with self._shm_lock:
+            ok, _ = self._negotiate()
+            self._shm = ok
+        return ok
+
+    def _push_in_place(
+        self, header: pb.PushHeader, arrays: Mapping[str, np.ndarray], timeout: float
+    ) -> pb.PushReply:
+        """PushInPlace: the header out, the files to write back, the bytes written into them,
+        their checksums out, the result back. Any failure here cancels the call, and the server
+        then unstages the version."""
+        outbox: queue.SimpleQueue[pb.PushInPlaceRequest | None] = queue.SimpleQueue()
+        outbox.put(pb.PushInPlaceRequest(header=header))
+
+        def requests() -> Iterator[pb.PushInPlaceRequest]:
+            while (item := outbox.get()) is not None:
+                yield item
+
+        replies = self._stub.PushInPlace(requests(), timeout=timeout)
+        try:
+            first = next(replies, None)
+            if first is None or first.WhichOneof("item") != "targets":
+                raise Corrupt(f"{self.address}: an in-place push got no files to write")
+            if not self._same_store(first.targets.store_dir):
+                # end the stream unwritten: the server unstages the version before it answers
+                outbox.put(None)
+                with contextlib.suppress(grpc.RpcError):
+                    for _ in replies:
+                        pass
+                raise _StoreMoved()
+            sums = self._write_in_place(header, first.targets, arrays)
+            outbox.put(pb.PushInPlaceRequest(written=pb.InPlaceWritten(tensors=sums)))
+            second = next(replies, None)
+            if second is None or second.WhichOneof("item") != "result":
+                raise Corrupt(f"{self.address}: an in-place push ended without its result")
+            return second.result
+        except BaseException:
+            replies.cancel()
+            raise
+        finally:
+            outbox.put(None)
+
+    def _write_in_place(
+        self, header: pb.PushHeader, targets: pb.PullHeader, arrays: Mapping[str, np.ndarray]
+    ) -> list[pb.TensorSums]:
+        """Copy every tensor into the chunk files `targets` names, on a few threads (a copy
+        runs without the GIL); each tensor's digest and each chunk's CRC32C."""
+        directory = targets.store_dir
+        if os.path.dirname(directory) != self._store_root or not _VERSION_DIR.fullmatch(
+            os.path.basename(directory)
+        ):
+            raise Corrupt(f"{self.address}: push target {directory!r} is outside the store")
+        declared = {t.name: (t.dtype, tuple(t.shape)) for t in header.tensors}
+        got = {t.name: (t.dtype, tuple(t.shape)) for t in targets.tensors}
+        if got != declared:
+            raise Corrupt(f"{self.address}: the push targets differ from the header")
+        plans = [_InPlaceTensor(directory, msg, arrays[msg.name]) for msg in targets.tensors]
+        largest = max((p.chunk_nbytes for p in plans if not p.runs or p.padded), default=0)
+        scratch = threading.local()
+
+        def write(plan: _InPlaceTensor) -> tuple[str, list[int]]:
+            if getattr(scratch, "buffer", None) is None:
+                scratch.buffer = np.empty(largest, np.uint8)
+            return plan.write(scratch.buffer)
+
+        # whole tensors per thread, the largest first: a tensor's chunks are hashed and written
+        # while they are still in the cache
+        order = sorted(range(len(plans)), key=lambda i: -plans[i].raw.size)
+        with ThreadPoolExecutor(_PUSH_THREADS, thread_name_prefix="rlx-ps-push") as pool:
+            done = dict(zip(order, pool.map(write, [plans[i] for i in order]), strict=True))
+        return [
+            pb.TensorSums(name=plan.name, digest=done[i][0], chunk_crc32c=done[i][1])
+            for i, plan in enumerate(plans)
+        ]
 
     def commit(self, version: int) -> list[int]:
         """Make a staged version visible; returns the versions this evicted."""
@@ -601,12 +669,7 @@ class ParamServerClient(ServiceClient):
         if header is None:
             raise Corrupt(f"{self.address}: pull stream had no header")
         directory = header.store_dir
-        if os.path.dirname(directory) != self._store_root:
-            # a replica restarted on the same address has a new store: negotiate again
-            with self._shm_lock:
-                ok, _ = self._negotiate()
-                self._shm = ok
-            if not ok:  # the new server cannot share its store with us: bytes over gRPC
+        if not self._same_store(directory):  # the new server cannot share its store with us
                 got = self._pull_grpc(version, names, slices, timeout)
                 return got if into is None else (got[0], _into(into, got[1]))
         if os.path.dirname(directory) != self._store_root or not _VERSION_DIR.fullmatch(
@@ -650,7 +713,7 @@ class ParamServerClient(ServiceClient):
         for spec in header.tensors:
             if spec.name in skip:
                 continue
-            if _crc32c(out[spec.name]) != spec.crc32c:
+            if _digest(out[spec.name]) != spec.digest:
                 raise Corrupt(
                     f"version {header.version} tensor {spec.name!r}: checksum differs from the "
                     "one recorded at push"
@@ -711,10 +774,93 @@ class ParamServerClient(ServiceClient):
         )
 
 
-def _crc32c(array: np.ndarray) -> int:
-    """CRC32C of an array's C-order bytes (google-crc32c reads numpy's buffer in place)."""
-    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    return int(google_crc32c.value(raw)) if raw.size else 0
+class _StoreMoved(Exception):
+    """The server of this address has a store this client cannot map (it was restarted)."""
+
+
+def _digest(array: np.ndarray) -> str:
+    """XXH3-128 of an array's C-order bytes, as the server records it."""
+    return xxhash.xxh3_128(np.ascontiguousarray(array).reshape(-1).view(np.uint8)).hexdigest()
+
+
+_PUSH_THREADS = 2
+
+
+def _chunk_path(directory: str, store_key: str, index: tuple[int, ...]) -> str:
+    return os.path.join(directory, store_key + ("c/" + "/".join(map(str, index)) if index else "c"))
+
+
+class _InPlaceTensor:
+    """One tensor of an in-place push: which chunk files to write, and what goes in each."""
+
+    def __init__(self, directory: str, msg: pb.TensorSpec, array: np.ndarray) -> None:
+        if not _STORE_KEY.fullmatch(msg.store_key):
+            raise Corrupt(f"tensor {msg.name!r}: malformed push target")
+        self.name = msg.name
+        self.array = np.ascontiguousarray(array)
+        self.raw = self.array.reshape(-1).view(np.uint8)
+        shape, chunk = tuple(msg.shape), tuple(msg.chunk_shape)
+        if len(chunk) != len(shape) or any(c < 1 for c in chunk):
+            raise Corrupt(f"tensor {msg.name!r}: malformed push target")
+        self.chunk = chunk
+        self.chunk_nbytes = math.prod(chunk) * self.array.dtype.itemsize
+        grid = tuple(-(-d // c) for d, c in zip(shape, chunk, strict=True))
+        self.indices = list(itertools.product(*(range(g) for g in grid)))
+        self.paths = [_chunk_path(directory, msg.store_key, i) for i in self.indices]
+        # chunks are runs of the C-order bytes: copy bytes, no strides
+        self.runs = all(c == d for c, d in zip(chunk[1:], shape[1:], strict=True))
+        self.padded = len(self.indices) * self.chunk_nbytes > self.raw.size
+
+    def write(self, scratch: np.ndarray) -> tuple[str, list[int]]:
+        """Write every chunk into its file; the tensor's digest and each chunk's CRC32C. Each
+        chunk is checksummed, hashed (in C order) and written while it is in the cache."""
+        digest = xxhash.xxh3_128()
+        if not self.runs:
+            digest.update(self.raw)  # chunk order is not C order here
+        crcs = []
+        for k in range(len(self.indices)):
+            data, piece = self._chunk(k, scratch)
+            if self.runs:
+                digest.update(piece)
+            crcs.append(int(google_crc32c.value(data)))
+            self._pwrite(k, data)
+        return digest.hexdigest(), crcs
+
+    def _chunk(self, k: int, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk `k`'s stored bytes (padding included) and, for a run, the tensor's bytes in it.
+        A chunk that is not a whole run (split along a later axis, or the padded edge) is put
+        together in `scratch`."""
+        n = self.chunk_nbytes
+        piece = self.raw[k * n : (k + 1) * n] if self.runs else self.raw[:0]
+        if self.runs and piece.size == n:
+            return piece, piece
+        data = scratch[:n]
+        if self.runs:
+            data[: piece.size] = piece
+            data[piece.size :] = 0  # the edge chunk's padding
+            return data, piece
+        box = tuple(
+            slice(i * c, min((i + 1) * c, d))
+            for i, c, d in zip(self.indices[k], self.chunk, self.array.shape, strict=True)
+        )
+        view = data.view(self.array.dtype).reshape(self.chunk)
+        part = tuple(slice(0, b.stop - b.start) for b in box)
+        if any(p.stop < c for p, c in zip(part, self.chunk, strict=True)):
+            view[...] = 0
+        view[part] = self.array[box]
+        return data, piece
+
+    def _pwrite(self, k: int, data: np.ndarray) -> None:
+        """pwrite, not a mapping: nothing of the server's pages stays with this process."""
+        fd = os.open(self.paths[k], os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            if os.fstat(fd).st_size != data.size:
+                raise Corrupt(f"tensor {self.name!r}: push target {self.paths[k]} has the wrong size")
+            view, done = memoryview(data), 0
+            while done < data.size:
+                done += os.pwrite(fd, view[done:], done)
+        finally:
+            os.close(fd)
 
 
 def _target(

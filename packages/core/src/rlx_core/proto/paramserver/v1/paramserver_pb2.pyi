@@ -8,14 +8,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TensorSpec(_message.Message):
-    __slots__ = ("name", "dtype", "shape", "shard_axis", "chunk_shape", "sha256", "crc32c", "nbytes", "chunk_crc32c", "store_key")
+    __slots__ = ("name", "dtype", "shape", "shard_axis", "chunk_shape", "digest", "nbytes", "chunk_crc32c", "store_key")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     SHARD_AXIS_FIELD_NUMBER: _ClassVar[int]
     CHUNK_SHAPE_FIELD_NUMBER: _ClassVar[int]
-    SHA256_FIELD_NUMBER: _ClassVar[int]
-    CRC32C_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
     NBYTES_FIELD_NUMBER: _ClassVar[int]
     CHUNK_CRC32C_FIELD_NUMBER: _ClassVar[int]
     STORE_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -24,12 +23,11 @@ class TensorSpec(_message.Message):
     shape: _containers.RepeatedScalarFieldContainer[int]
     shard_axis: int
     chunk_shape: _containers.RepeatedScalarFieldContainer[int]
-    sha256: str
-    crc32c: int
+    digest: str
     nbytes: int
     chunk_crc32c: _containers.RepeatedScalarFieldContainer[int]
     store_key: str
-    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., shard_axis: _Optional[int] = ..., chunk_shape: _Optional[_Iterable[int]] = ..., sha256: _Optional[str] = ..., crc32c: _Optional[int] = ..., nbytes: _Optional[int] = ..., chunk_crc32c: _Optional[_Iterable[int]] = ..., store_key: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., shard_axis: _Optional[int] = ..., chunk_shape: _Optional[_Iterable[int]] = ..., digest: _Optional[str] = ..., nbytes: _Optional[int] = ..., chunk_crc32c: _Optional[_Iterable[int]] = ..., store_key: _Optional[str] = ...) -> None: ...
 
 class PushHeader(_message.Message):
     __slots__ = ("version", "tensors", "commit")
@@ -66,6 +64,38 @@ class ShmEntry(_message.Message):
     offset: int
     nbytes: int
     def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., nbytes: _Optional[int] = ...) -> None: ...
+
+class PushInPlaceRequest(_message.Message):
+    __slots__ = ("header", "written")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    header: PushHeader
+    written: InPlaceWritten
+    def __init__(self, header: _Optional[_Union[PushHeader, _Mapping]] = ..., written: _Optional[_Union[InPlaceWritten, _Mapping]] = ...) -> None: ...
+
+class InPlaceWritten(_message.Message):
+    __slots__ = ("tensors",)
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    tensors: _containers.RepeatedCompositeFieldContainer[TensorSums]
+    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorSums, _Mapping]]] = ...) -> None: ...
+
+class TensorSums(_message.Message):
+    __slots__ = ("name", "digest", "chunk_crc32c")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_CRC32C_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    digest: str
+    chunk_crc32c: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ..., chunk_crc32c: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PushInPlaceReply(_message.Message):
+    __slots__ = ("targets", "result")
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    targets: PullHeader
+    result: PushReply
+    def __init__(self, targets: _Optional[_Union[PullHeader, _Mapping]] = ..., result: _Optional[_Union[PushReply, _Mapping]] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "chunk", "shm")

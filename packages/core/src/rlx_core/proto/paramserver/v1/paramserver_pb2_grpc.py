@@ -44,6 +44,11 @@ class ParamServerStub:
                 request_serializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushShmRequest.SerializeToString,
                 response_deserializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushReply.FromString,
                 _registered_method=True)
+        self.PushInPlace = channel.stream_stream(
+                '/rlx.paramserver.v1.ParamServer/PushInPlace',
+                request_serializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushInPlaceRequest.SerializeToString,
+                response_deserializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushInPlaceReply.FromString,
+                _registered_method=True)
         self.Commit = channel.unary_unary(
                 '/rlx.paramserver.v1.ParamServer/Commit',
                 request_serializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.CommitRequest.SerializeToString,
@@ -96,6 +101,12 @@ class ParamServerServicer:
         """Same host, in one call: the header and the segment holding every tensor's bytes (a stream
         costs a thread and a round trip more).
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PushInPlace(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -160,6 +171,11 @@ def add_ParamServerServicer_to_server(servicer, server):
                     servicer.PushShm,
                     request_deserializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushShmRequest.FromString,
                     response_serializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushReply.SerializeToString,
+            ),
+            'PushInPlace': grpc.stream_stream_rpc_method_handler(
+                    servicer.PushInPlace,
+                    request_deserializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushInPlaceRequest.FromString,
+                    response_serializer=rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushInPlaceReply.SerializeToString,
             ),
             'Commit': grpc.unary_unary_rpc_method_handler(
                     servicer.Commit,
@@ -251,6 +267,33 @@ class ParamServer:
             '/rlx.paramserver.v1.ParamServer/PushShm',
             rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushShmRequest.SerializeToString,
             rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushInPlace(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rlx.paramserver.v1.ParamServer/PushInPlace',
+            rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushInPlaceRequest.SerializeToString,
+            rlx__core_dot_proto_dot_paramserver_dot_v1_dot_paramserver__pb2.PushInPlaceReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,315 @@
+"""Same-host pushes written in place into the server's chunk files, and the pool of files that
+deleted versions leave for the next push (rlx_paramserver.pool)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import google_crc32c
+import grpc
+import ml_dtypes
+import numpy as np
+import pytest
+import xxhash
+
+from rlx_core.errors import Corrupt, FailedPrecondition, InvalidArgument
+from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
+from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
+from rlx_core.rpc import connect, from_rpc_error
+from rlx_paramserver.pool import MIN_POOLED, FilePool, unshared
+
+TOKEN = "paramserver-test-token-0123456789"  # the conftest's
+Running = Any  # conftest.Running
+
+
+def weights(seed: int) -> dict[str, np.ndarray]:
+    """Every kind of chunking: runs along axis 0 with a padded edge chunk, a split along axis 1
+    (strided chunks, a padded edge), a 3-d tensor split on its last axis, a scalar, an empty
+    tensor."""
+    rng = np.random.default_rng(seed)
+    return {
+        "embed": rng.standard_normal((4000, 48)).astype(ml_dtypes.bfloat16),  # 3 chunks, 1 edge
+        "up": rng.standard_normal((40, 3000)).astype(np.float32),  # 4 chunks split on axis 1
+        "conv": rng.standard_normal((3, 5, 7000)).astype(np.float32),  # split on axis 2
+        "norm": rng.standard_normal(64).astype(np.float32),
+        "step": np.asarray(seed, dtype=np.int64),
+        "empty": np.zeros((0, 4), np.float32),
+    }
+
+
+AXES = {"up": 1, "conv": 2}
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def leases_work(directory: str) -> bool:
+    path = os.path.join(directory, "lease-probe")
+    with open(path, "wb") as f:
+        f.write(b"x")
+    try:
+        return unshared(path) is not None
+    finally:
+        os.unlink(path)
+
+
+def store_bytes(server: Running) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(server.service.store_root):
+        for name in files:
+            total += os.stat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def test_pushes_go_in_place_and_reuse_the_files_of_deleted_versions(
+    make_server: Any,
+) -> None:
+    server = make_server(max_versions=2, chunk_kib=128)
+    pool = server.service._pool
+    with server.client() as client, server.client(shared_memory=False) as remote:
+        for v in range(1, 8):
+            data = weights(v)
+            client.push(v, data, shard_axes=AXES)
+            assert client.last_transport == "shm"
+            server.service._reaper.drain()
+            for puller in (client, remote):
+                _, got = puller.pull(v)
+                assert all(same(got[n], data[n]) for n in data), v
+            _, specs = client.manifest(v)
+            for spec in specs:
+                raw = np.ascontiguousarray(data[spec.name]).tobytes()
+                assert spec.digest == xxhash.xxh3_128(raw).hexdigest()
+            version = server.service.get(v)
+            for name, meta in version.metas.items():  # every file matches its recorded CRC32C
+                for k, index in enumerate(version.chunks_of(name)):
+                    with open(version.chunk_path(name, index), "rb") as f:
+                        assert google_crc32c.value(f.read()) == meta.chunk_crc32c[k]
+        assert client.versions() == [6, 7]
+    if pool.reused_bytes == 0 and not leases_work(server.service.store_root):
+        pytest.skip("this kernel grants no file leases: nothing is pooled here")
+    last = server.service.get(7)
+    files = {n: (m.chunk_nbytes, len(last.chunks_of(n))) for n, m in last.metas.items()}
+    large = sum(size * count for size, count in files.values() if size >= MIN_POOLED)
+    assert large > 0
+    # pushes 4 to 7 each took every large file from a deleted version (3 new versions' worth
+    # of pages first: 2 held and 1 received)
+    assert pool.reused_bytes == 4 * large
+    # the store holds the 2 versions and at most one more in the pool
+    assert store_bytes(server) <= 3 * sum(size * count for size, count in files.values())
+
+
+def test_a_pulled_view_keeps_its_bytes_after_its_files_would_be_reused(
+    make_server: Any,
+) -> None:
+    """A zero-copy view of a deleted version must never change: its files are not pooled while
+    any process maps them, so the next pushes get other pages."""
+    server = make_server(max_versions=1, chunk_kib=128)
+    data = {"embed": np.arange(256 * 1024, dtype=np.float32).reshape(256, 1024)}  # 8 chunks
+    with server.client() as client:
+        client.push(1, data)
+        _, got = client.pull(1)
+        view = got["embed"]
+        assert not view.flags.owndata and not view.flags.writeable  # a view of the files
+        for v in range(2, 6):  # v1 deleted; each push would take its files if they were free
+            client.push(v, {"embed": np.full((256, 1024), -v, np.float32)})
+            server.service._reaper.drain()
+        assert same(view, data["embed"])
+        reused_with_view = server.service._pool.reused_bytes
+        del view, got
+        client.push(6, {"embed": np.zeros((256, 1024), np.float32)})
+        server.service._reaper.drain()
+        client.push(7, {"embed": np.ones((256, 1024), np.float32)})
+        # versions 2..5 were mapped by nobody: their files went round
+        assert server.service._pool.reused_bytes > reused_with_view
+
+
+def test_a_file_another_process_has_open_is_not_pooled(tmp_path: Any) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 8192)
+    assert unshared(str(path)) in (True, None)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import mmap, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+            "m = mmap.mmap(fd, 8192, prot=mmap.PROT_READ); os.close(fd); print('mapped', "
+            "flush=True); time.sleep(30)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "mapped"
+        verdict = unshared(str(path))
+        if verdict is None:
+            pytest.skip("this kernel grants no file leases: nothing is pooled here")
+        assert verdict is False  # mapped, its descriptor closed: still held
+    finally:
+        child.kill()
+        child.wait()
+    assert unshared(str(path)) is True
+
+
+def test_the_pool_stays_within_its_cap_and_gives_back_pages_of_other_sizes(
+    tmp_path: Any,
+) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    pool = FilePool(str(root))
+    pool.note_version(3 << 20)
+    old = root / "v1"
+    old.mkdir()
+    for i in range(4):  # 4 MiB of 1 MiB files, cap 3 MiB
+        (old / str(i)).write_bytes(b"\1" * (1 << 20))
+    pool.recycle(str(old))
+    assert not old.exists()
+    if pool.pooled_bytes == 0:
+        pytest.skip("this kernel grants no file leases: nothing is pooled here")
+    assert pool.pooled_bytes == 3 << 20 and len(os.listdir(pool.dir)) == 3
+    pool.take(str(root / "a"), 1 << 20)  # reused: old bytes still in it
+    assert (root / "a").read_bytes()[:1] == b"\1" and pool.reused_bytes == 1 << 20
+    pool.take(str(root / "b"), 2 << 20)  # no 2 MiB file: new, and 2 MiB of pool given back
+    assert (root / "b").stat().st_size == 2 << 20 and pool.pooled_bytes == 0
+    assert os.listdir(pool.dir) == []
+
+
+# --- the protocol, driven by hand: clients that fail half-way -----------------------------------
+
+
+def _stub(server: Running) -> pb_grpc.ParamServerStub:
+    return pb_grpc.ParamServerStub(connect(server.address, token=TOKEN))
+
+
+def _header(version: int, array: np.ndarray) -> pb.PushHeader:
+    spec = pb.TensorSpec(name="w", dtype=array.dtype.name, shape=list(array.shape))
+    return pb.PushHeader(version=version, tensors=[spec], commit=True)
+
+
+class _Stream:
+    """The request side of a PushInPlace call, fed by hand."""
+
+    def __init__(self, stub: pb_grpc.ParamServerStub, header: pb.PushHeader) -> None:
+        self.items: list[pb.PushInPlaceRequest | None] = [pb.PushInPlaceRequest(header=header)]
+        self.replies = stub.PushInPlace(self._requests(), timeout=30)
+
+    def _requests(self) -> Any:
+        while True:
+            while not self.items:
+                time.sleep(0.005)
+            item = self.items.pop(0)
+            if item is None:
+                return
+            yield item
+
+    def send(self, item: pb.PushInPlaceRequest | None) -> None:
+        self.items.append(item)
+
+
+def _files(targets: pb.PullHeader) -> list[str]:
+    t = targets.tensors[0]
+    rows = -(-t.shape[0] // t.chunk_shape[0])
+    return [os.path.join(targets.store_dir, f"{t.store_key}c/{i}/0") for i in range(rows)]
+
+
+def _write(paths: list[str], array: np.ndarray) -> list[int]:
+    raw = array.reshape(-1).view(np.uint8)
+    size = os.stat(paths[0]).st_size
+    crcs = []
+    for k, path in enumerate(paths):
+        chunk = np.zeros(size, np.uint8)
+        piece = raw[k * size : (k + 1) * size]
+        chunk[: piece.size] = piece
+        with open(path, "r+b") as f:
+            f.write(chunk.tobytes())
+        crcs.append(google_crc32c.value(chunk))
+    return crcs
+
+
+ARRAY = np.arange(16 * 1024, dtype=np.float32).reshape(64, 256)  # 64 KiB: 4 chunks of 16 KiB
+
+
+def test_a_client_gone_before_it_wrote_leaves_nothing_staged(server: Running) -> None:
+    stream = _Stream(_stub(server), _header(1, ARRAY))
+    first = next(stream.replies)
+    assert first.WhichOneof("item") == "targets" and server.service.versions().staged == (1,)
+    stream.replies.cancel()
+    deadline = time.monotonic() + 10
+    while server.service.versions().staged and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.service.versions().staged == ()
+    with server.client() as client:  # the same version pushes afresh
+        client.push(1, {"w": ARRAY})
+        assert same(client.pull(1)[1]["w"], ARRAY)
+
+
+def test_a_file_still_mapped_when_the_client_says_written_is_refused(server: Running) -> None:
+    stream = _Stream(_stub(server), _header(1, ARRAY))
+    targets = next(stream.replies).targets
+    paths = _files(targets)
+    crcs = _write(paths, ARRAY)
+    fd = os.open(paths[1], os.O_RDWR)
+    held = mmap.mmap(fd, os.fstat(fd).st_size)  # a writable mapping left behind
+    os.close(fd)
+    try:
+        written = pb.InPlaceWritten(
+            tensors=[pb.TensorSums(name="w", digest="d", chunk_crc32c=crcs)]
+        )
+        stream.send(pb.PushInPlaceRequest(written=written))
+        stream.send(None)
+        try:
+            reply = next(stream.replies)
+        except grpc.RpcError as e:
+            error = from_rpc_error(e)
+        else:
+            if unshared(paths[1]) is None:
+                pytest.skip("this kernel grants no file leases")
+            raise AssertionError(f"accepted: {reply}")
+        assert isinstance(error, FailedPrecondition) and "still open or mapped" in str(error)
+    finally:
+        held.close()
+    assert server.service.versions().staged == () and server.service.versions().versions == ()
+
+
+@pytest.mark.parametrize(
+    ("crcs", "error", "words"),
+    [
+        (lambda good: good[:-1], InvalidArgument, "3 chunk checksums for 4 chunks"),
+        (lambda good: None, InvalidArgument, "no checksums for tensor 'w'"),
+    ],
+)
+def test_written_with_malformed_checksums_is_refused(
+    server: Running, crcs: Any, error: type, words: str
+) -> None:
+    stream = _Stream(_stub(server), _header(1, ARRAY))
+    good = _write(_files(next(stream.replies).targets), ARRAY)
+    sums = crcs(good)
+    tensors = [] if sums is None else [pb.TensorSums(name="w", digest="d", chunk_crc32c=sums)]
+    stream.send(pb.PushInPlaceRequest(written=pb.InPlaceWritten(tensors=tensors)))
+    stream.send(None)
+    with pytest.raises(grpc.RpcError) as caught:
+        next(stream.replies)
+    got = from_rpc_error(caught.value)
+    assert isinstance(got, error) and words in str(got)
+    assert server.service.versions().staged == ()
+
+
+def test_checksums_that_differ_from_the_files_fail_every_pull(server: Running) -> None:
+    """The server does not read the bytes back (that would cost as much as the copy); every
+    read checks them, so wrong checksums can never yield the bytes."""
+    stream = _Stream(_stub(server), _header(1, ARRAY))
+    good = _write(_files(next(stream.replies).targets), ARRAY)
+    bad = [good[0] ^ 1, *good[1:]]
+    written = pb.InPlaceWritten(tensors=[pb.TensorSums(name="w", digest="d", chunk_crc32c=bad)])
+    stream.send(pb.PushInPlaceRequest(written=written))
+    stream.send(None)
+    assert next(stream.replies).result.committed
+    for shared in (None, False):
+        with server.client(shared_memory=shared) as client, pytest.raises(Corrupt):
+            client.pull(1)
