@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import hashlib
 import os
 import threading
 import time

@@ -6,8 +6,8 @@ RlxErrors raised by the service become gRPC statuses through rlx_core's error in
 from __future__ import annotations
 
 import zlib
-from typing import TypeVar
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import grpc
 import numpy as np

@@ -14,11 +14,12 @@ read. Reads go through the kvstore one chunk key at a time, so the bytes read ar
 and a slice reads only the chunks it overlaps.
 
 A tensor chunked along axis 0 (the usual case, and every scalar) has chunks that are runs of its
-C-order bytes, which is exactly what the zarr3 `bytes` codec stores. In files, every chunk file is
-made at its full size by the version (from the pool of deleted versions' files, rlx_paramserver.pool,
-when it has one of that size) and written there: runs with `pwrite`, chunks split along a later
-axis through a mapping held while their tensor arrives, or by a same-host client writing in place
-(`make_files`, then `adopt_files`); each chunk's CRC32C is taken from the bytes in hand. In memory,
+C-order bytes, which is exactly what the zarr3 `bytes` codec stores. In files, every chunk file
+is made at its full size by the version (from the pool of deleted versions' files,
+rlx_paramserver.pool, when it has one of that size) and written there: runs with `pwrite`,
+chunks split along a later axis through a mapping held while their tensor arrives, or by a
+same-host client writing in place (`make_files`, then `adopt_files`); each chunk's CRC32C is taken
+from the bytes in hand. In memory,
 runs go straight to the kvstore under their chunk keys, other tensors through their TensorStore
 array (read back once for the CRC). Reads always go through TensorStore's kvstore, one chunk key at
 a time. Each tensor's digest is XXH3-128 over its C-order bytes as they arrive (17 GB/s here; a
@@ -556,7 +557,8 @@ class TensorWriter:
                     os.close(fd)
                 self._mapped.append(mapped)
                 view = np.frombuffer(mapped, dtype=meta.dtype).reshape(meta.chunk_shape)
-                if any((i + 1) * c > d for i, c, d in zip(index, meta.chunk_shape, meta.shape)):
+                edges = zip(index, meta.chunk_shape, meta.shape, strict=True)
+                if any((i + 1) * c > d for i, c, d in edges):
                     view[...] = 0  # an edge chunk: its padding is zeros, not a pooled file's
                 self._maps.append((index, view))
         r0, r1 = self._rows_written, self._rows_written + block.shape[0]

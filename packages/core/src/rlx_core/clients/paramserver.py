@@ -6,9 +6,10 @@ bytes go through gRPC. The client proposes it once (a probe file the server must
 the server's store directory the client must be able to open); if either side cannot, everything
 goes over gRPC streaming. A push writes the tensors straight into the server's own chunk files
 (`PushInPlace`: the server makes them, from files of deleted versions when it has them, so the
-pages are already there; the client maps each one, copies its bytes in, checksums and unmaps it;
-the server checks nobody still has a file open and every CRC32C before it stages the version):
-one copy, no segment, no fresh pages in the steady state. A pull maps the server's chunk files read-only:
+pages are already there; the client pwrites its arrays into them, checksumming and hashing each
+piece while it is in the cache; the server checks that nobody still has a file open before it
+stages the version): one copy, no segment, no fresh pages in the steady state. A pull maps the
+server's chunk files read-only:
 a tensor whose chunks are runs of its C-order bytes (one chunk, or chunks split along a leading
 axis, each a whole number of pages) is returned as a view of its files mapped back to back, with
 no copy at all; any other tensor, a slice or a pull into `out` arrays is copied once from the
@@ -56,7 +57,6 @@ from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
 from rlx_core.rpc.client import call
 from rlx_core.rpc.status import from_rpc_error
 from rlx_core.rpc.tensors import (
-    DEFAULT_CHUNK_BYTES,
     TensorAssembler,
     dtype_from_name,
     dtype_name,
@@ -670,8 +670,8 @@ class ParamServerClient(ServiceClient):
             raise Corrupt(f"{self.address}: pull stream had no header")
         directory = header.store_dir
         if not self._same_store(directory):  # the new server cannot share its store with us
-                got = self._pull_grpc(version, names, slices, timeout)
-                return got if into is None else (got[0], _into(into, got[1]))
+            got = self._pull_grpc(version, names, slices, timeout)
+            return got if into is None else (got[0], _into(into, got[1]))
         if os.path.dirname(directory) != self._store_root or not _VERSION_DIR.fullmatch(
             os.path.basename(directory)
         ):
@@ -784,6 +784,7 @@ def _digest(array: np.ndarray) -> str:
 
 
 _PUSH_THREADS = 2
+_PIECE = 1 << 20  # an in-place push's write: fits a core's L2
 
 
 def _chunk_path(directory: str, store_key: str, index: tuple[int, ...]) -> str:
@@ -813,17 +814,33 @@ class _InPlaceTensor:
 
     def write(self, scratch: np.ndarray) -> tuple[str, list[int]]:
         """Write every chunk into its file; the tensor's digest and each chunk's CRC32C. Each
-        chunk is checksummed, hashed (in C order) and written while it is in the cache."""
+        chunk goes in pieces of _PIECE bytes, each checksummed, hashed (in C order) and written
+        while it is in the core's cache: the source is read from memory once."""
         digest = xxhash.xxh3_128()
         if not self.runs:
             digest.update(self.raw)  # chunk order is not C order here
         crcs = []
         for k in range(len(self.indices)):
             data, piece = self._chunk(k, scratch)
-            if self.runs:
-                digest.update(piece)
-            crcs.append(int(google_crc32c.value(data)))
-            self._pwrite(k, data)
+            crc = 0
+            fd = os.open(self.paths[k], os.O_WRONLY | os.O_NOFOLLOW)
+            try:
+                if os.fstat(fd).st_size != data.size:
+                    raise Corrupt(
+                        f"tensor {self.name!r}: push target {self.paths[k]} has the wrong size"
+                    )
+                for start in range(0, data.size, _PIECE):
+                    part = data[start : start + _PIECE]
+                    crc = google_crc32c.extend(crc, part)
+                    if self.runs and start < piece.size:
+                        digest.update(piece[start : start + _PIECE])
+                    # pwrite, not a mapping: nothing of the server's pages stays with us
+                    view, done = memoryview(part), 0
+                    while done < part.size:
+                        done += os.pwrite(fd, view[done:], start + done)
+            finally:
+                os.close(fd)
+            crcs.append(int(crc))
         return digest.hexdigest(), crcs
 
     def _chunk(self, k: int, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -849,18 +866,6 @@ class _InPlaceTensor:
             view[...] = 0
         view[part] = self.array[box]
         return data, piece
-
-    def _pwrite(self, k: int, data: np.ndarray) -> None:
-        """pwrite, not a mapping: nothing of the server's pages stays with this process."""
-        fd = os.open(self.paths[k], os.O_WRONLY | os.O_NOFOLLOW)
-        try:
-            if os.fstat(fd).st_size != data.size:
-                raise Corrupt(f"tensor {self.name!r}: push target {self.paths[k]} has the wrong size")
-            view, done = memoryview(data), 0
-            while done < data.size:
-                done += os.pwrite(fd, view[done:], done)
-        finally:
-            os.close(fd)
 
 
 def _target(
