@@ -21,7 +21,7 @@ from rlx_core.errors import Corrupt, FailedPrecondition, InvalidArgument
 from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
 from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
 from rlx_core.rpc import connect, from_rpc_error
-from rlx_paramserver.pool import MIN_POOLED, FilePool, unshared
+from rlx_paramserver.pool import FilePool, unshared
 
 TOKEN = "paramserver-test-token-0123456789"  # the conftest's
 Running = Any  # conftest.Running
@@ -94,14 +94,12 @@ def test_pushes_go_in_place_and_reuse_the_files_of_deleted_versions(
     if pool.reused_bytes == 0 and not leases_work(server.service.store_root):
         pytest.skip("this kernel grants no file leases: nothing is pooled here")
     last = server.service.get(7)
-    files = {n: (m.chunk_nbytes, len(last.chunks_of(n))) for n, m in last.metas.items()}
-    large = sum(size * count for size, count in files.values() if size >= MIN_POOLED)
-    assert large > 0
-    # pushes 4 to 7 each took every large file from a deleted version (3 new versions' worth
-    # of pages first: 2 held and 1 received)
-    assert pool.reused_bytes == 4 * large
+    files = sum(m.chunk_nbytes * len(last.chunks_of(n)) for n, m in last.metas.items())
+    # pushes 4 to 7 each took every file from a deleted version (3 new versions' worth of
+    # pages first: 2 held and 1 received)
+    assert pool.reused_bytes == 4 * files and pool.new_bytes == 3 * files
     # the store holds the 2 versions and at most one more in the pool
-    assert store_bytes(server) <= 3 * sum(size * count for size, count in files.values())
+    assert store_bytes(server) <= 3 * files
 
 
 def test_a_pulled_view_keeps_its_bytes_after_its_files_would_be_reused(
@@ -157,27 +155,54 @@ def test_a_file_another_process_has_open_is_not_pooled(tmp_path: Any) -> None:
     assert unshared(str(path)) is True
 
 
-def test_the_pool_stays_within_its_cap_and_gives_back_pages_of_other_sizes(
-    tmp_path: Any,
-) -> None:
+def test_the_pool_keeps_whole_directories_within_its_cap(tmp_path: Any) -> None:
     root = tmp_path / "store"
     root.mkdir()
     pool = FilePool(str(root))
     pool.note_version(3 << 20)
-    old = root / "v1"
-    old.mkdir()
-    for i in range(4):  # 4 MiB of 1 MiB files, cap 3 MiB
-        (old / str(i)).write_bytes(b"\1" * (1 << 20))
-    pool.recycle(str(old))
-    assert not old.exists()
+    layout = (("0/c/0", 1 << 20), ("0/c/1", 1 << 20), ("1/c", 1 << 20))
+
+    def version(name: str, fill: bytes) -> str:
+        for rel, size in layout:
+            (root / name / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / name / rel).write_bytes(fill * size)
+        return str(root / name)
+
+    pool.recycle(version("v1", b"\1"), layout)
+    assert not (root / "v1").exists()
     if pool.pooled_bytes == 0:
         pytest.skip("this kernel grants no file leases: nothing is pooled here")
-    assert pool.pooled_bytes == 3 << 20 and len(os.listdir(pool.dir)) == 3
-    pool.take(str(root / "a"), 1 << 20)  # reused: old bytes still in it
-    assert (root / "a").read_bytes()[:1] == b"\1" and pool.reused_bytes == 1 << 20
-    pool.take(str(root / "b"), 2 << 20)  # no 2 MiB file: new, and 2 MiB of pool given back
-    assert (root / "b").stat().st_size == 2 << 20 and pool.pooled_bytes == 0
-    assert os.listdir(pool.dir) == []
+    assert pool.pooled_bytes == 3 << 20
+    pool.recycle(version("v2", b"\2"), layout)  # over the cap: removed
+    assert not (root / "v2").exists() and pool.pooled_bytes == 3 << 20
+    (root / "v3").mkdir()
+    assert pool.take(layout, str(root / "v3")) == set()  # renamed whole, old bytes in it
+    assert (root / "v3" / "1" / "c").read_bytes()[:1] == b"\1" and pool.reused_bytes == 3 << 20
+    assert pool.pooled_bytes == 0 and os.listdir(pool.dir) == []
+    pool.recycle(str(root / "v3"), layout)
+    other = (("0/c", 2 << 20),)
+    assert pool.take(other, str(root / "v4")) is None  # another layout: the pool gives it back
+    assert pool.pooled_bytes == 0 and os.listdir(pool.dir) == []
+
+
+def test_a_held_file_is_left_out_of_the_kept_directory(tmp_path: Any) -> None:
+    root = tmp_path / "store"
+    (root / "v1" / "0").mkdir(parents=True)
+    pool = FilePool(str(root))
+    pool.note_version(2 << 20)
+    layout = (("0/a", 1 << 20), ("0/b", 1 << 20))
+    for rel, size in layout:
+        (root / "v1" / rel).write_bytes(b"\1" * size)
+    held = open(root / "v1" / "0" / "b", "rb")  # noqa: SIM115 (held across the recycle)
+    try:
+        pool.recycle(str(root / "v1"), layout)
+    finally:
+        held.close()
+    if pool.pooled_bytes == 0:
+        pytest.skip("this kernel grants no file leases: nothing is pooled here")
+    assert pool.pooled_bytes == 1 << 20
+    (root / "v2").mkdir()
+    assert pool.take(layout, str(root / "v2")) == {"0/b"}  # made anew by the version
 
 
 # --- the protocol, driven by hand: clients that fail half-way -----------------------------------

@@ -1,38 +1,40 @@
-"""Chunk files kept for the next version: tmpfs pages already in place, not new ones.
+"""The directories of deleted versions, kept whole for the next version: tmpfs pages already in
+place, and one rename instead of hundreds of files and directories made.
 
 A new page on /dev/shm costs a fault and a clear: on this kind of VM 1 GiB of fresh pages takes
 0.4-1.2 s to fill, the same GiB in pages already allocated 0.2 s. Every version of a model has
-the same chunk sizes, so the files of a deleted version are exactly the files the next push
-needs. A deleted version's files are moved (renamed) into the pool instead of being unlinked,
-and a push takes a file of the size it needs from there before making a new one.
+the same chunk files (the same names and sizes: its `layout`), so the directory of a deleted
+version is exactly what the next push needs: it is renamed into the pool instead of removed, and
+a push of the same layout renames it back as its own directory (its old bytes still in it: the
+push overwrites every one of them).
 
-A file goes into the pool only when no other process has it open or mapped: a same-host client
-may still hold a zero-copy view of a deleted version (`pull()` maps the chunk files), and that
-view must never change. The check is the kernel's: a write lease (`F_SETLEASE`, `F_WRLCK`) is
-granted only while no other open file description of the file exists, and a mapping keeps its
-own; the file is renamed out of the version's directory first, so no client can open it by
-name after the check. A file someone holds is unlinked as before (its pages live as long as
-that view). Where leases are unavailable nothing is pooled.
+A file is kept only when no other process has it open or mapped: a same-host client may still
+hold a zero-copy view of a deleted version (`pull()` maps the chunk files), and that view must
+never change. The check is the kernel's: a write lease (`F_SETLEASE`, `F_WRLCK`) is granted only
+while no other open file description of the file exists, and a mapping keeps its own. The
+directory is renamed out of the store first, so no client can open a file by name after the
+check. A file someone holds is unlinked (its pages live as long as that view) and made anew by
+the next push. Where leases are not granted nothing is kept.
 
-The pool holds at most `cap` bytes (the largest version seen), so a server holding N versions
-and receiving one more still has at most N + 1 versions of pages on /dev/shm.
+The pool holds at most `cap` bytes (the largest version seen), and a push that finds no
+directory of its layout gives back every pooled one before it makes new files, so a server
+holding N versions and receiving one more has at most N + 1 versions of pages on /dev/shm.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import logging
 import os
 import shutil
 import threading
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-__all__ = ["MIN_POOLED", "FilePool", "unshared"]
+__all__ = ["FilePool", "Layout", "unshared"]
 
-log = logging.getLogger(__name__)
-
-MIN_POOLED = 64 << 10  # smaller files (zarr.json, biases, norms) are cheaper made new
+Layout = tuple[tuple[str, int], ...]  # (path relative to the version's directory, bytes), sorted
 
 
 def unshared(path: str) -> bool | None:
@@ -55,17 +57,25 @@ def unshared(path: str) -> bool | None:
         os.close(fd)
 
 
+@dataclass
+class _Kept:
+    layout: Layout
+    path: str
+    missing: set[str] = field(default_factory=set)  # files unlinked: another process held them
+    nbytes: int = 0
+
+
 class FilePool:
-    """Files of deleted versions, by size, in `<root>/pool/`; thread-safe."""
+    """Kept directories of deleted versions in `<root>/pool/`; thread-safe."""
 
     def __init__(self, root: str) -> None:
         self.dir = os.path.join(root, "pool")
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        self._free: dict[int, list[str]] = {}
+        self._kept: list[_Kept] = []
         self._lock = threading.Lock()
         self.pooled_bytes = 0
         self.cap = 0
-        self.reused_bytes = 0  # bytes of files handed out again, since start
+        self.reused_bytes = 0  # bytes of files a push got from the pool, since start
         self.new_bytes = 0  # bytes of files made new
 
     def note_version(self, nbytes: int) -> None:
@@ -73,95 +83,78 @@ class FilePool:
         with self._lock:
             self.cap = max(self.cap, nbytes)
 
-    def take(self, path: str, size: int) -> None:
-        """Put a file of `size` bytes at `path` (which must not exist): a pooled one when there
-        is one of that size (its old bytes still in it), else a new, empty one."""
-        src, evicted = None, []
-        if size >= MIN_POOLED:
-            with self._lock:
-                free = self._free.get(size)
-                if free:
-                    src = free.pop()
-                    self.pooled_bytes -= size
-                    self.reused_bytes += size
-                else:  # new pages instead: give back as many pooled ones (of other sizes)
-                    evicted = self._evict(size)
-        for old in evicted:
-            with contextlib.suppress(OSError):
-                os.unlink(old)
-        if src is not None:
-            try:
-                os.rename(src, path)
-                return
-            except OSError as e:  # the pool's file vanished: make a new one
-                log.warning("pooled file %s unusable: %s", src, e)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, size)
-        finally:
-            os.close(fd)
+    def take(self, layout: Layout, directory: str) -> set[str] | None:
+        """Rename a kept directory of `layout` to `directory` (absent, or an empty directory)
+        and return the files of it that are missing; None when the pool has no such directory
+        (then every kept one is given back: new pages replace them)."""
         with self._lock:
-            self.new_bytes += size
-
-    def _evict(self, nbytes: int) -> list[str]:
-        """Take at least `nbytes` of pooled files out of the pool (caller holds the lock and
-        unlinks them): the pool and the new files together stay within the cap."""
-        out: list[str] = []
-        freed = 0
-        for size in sorted(self._free, reverse=True):
-            free = self._free[size]
-            while free and freed < nbytes:
-                out.append(free.pop())
-                freed += size
-                self.pooled_bytes -= size
-            if not free:
-                del self._free[size]
-            if freed >= nbytes:
-                break
-        return out
-
-    def recycle(self, directory: str) -> None:
-        """Pool the files of a deleted version's `directory` that no other process holds, up
-        to the cap, and remove the rest with the directory."""
-        with contextlib.suppress(FileNotFoundError):
-            for dirpath, _, files in os.walk(directory):
-                for name in files:
-                    self._offer(os.path.join(dirpath, name))
-        shutil.rmtree(directory, ignore_errors=True)
-
-    def _offer(self, path: str) -> None:
-        try:
-            size = os.stat(path, follow_symlinks=False).st_size
-        except OSError:
-            return
-        if size < MIN_POOLED:
-            return
-        with self._lock:
-            if self.pooled_bytes + size > self.cap:
-                return
-            self.pooled_bytes += size  # reserved while checked
-        kept = False
-        dst = os.path.join(self.dir, uuid.uuid4().hex)
-        try:
-            os.rename(path, dst)  # out of the version's directory: no one opens it by name now
-            kept = unshared(dst) is True
-        except OSError:
-            pass
-        with self._lock:
-            if kept:
-                self._free.setdefault(size, []).append(dst)
+            index = next((i for i, k in enumerate(self._kept) if k.layout == layout), None)
+            if index is None:
+                gone, self._kept = self._kept, []
+                self.pooled_bytes = 0
             else:
+                kept = self._kept.pop(index)
+                self.pooled_bytes -= kept.nbytes
+                gone = []
+        for old in gone:
+            shutil.rmtree(old.path, ignore_errors=True)
+        if index is None:
+            return None
+        try:
+            os.rename(kept.path, directory)
+        except OSError:
+            shutil.rmtree(kept.path, ignore_errors=True)
+            return None
+        with self._lock:
+            self.reused_bytes += kept.nbytes
+        return kept.missing
+
+    def made(self, nbytes: int) -> None:
+        """`nbytes` of new files were made (for the counters)."""
+        with self._lock:
+            self.new_bytes += nbytes
+
+    def recycle(self, directory: str, layout: Sequence[tuple[str, int]]) -> None:
+        """Keep a deleted version's `directory` (whose chunk files are `layout`) for the next
+        push, without the files another process holds; remove it if it does not fit the cap or
+        the kernel cannot tell who holds a file."""
+        layout = tuple(layout)
+        size = sum(n for _, n in layout)
+        with self._lock:
+            fits = self.pooled_bytes + size <= self.cap
+            if fits:
+                self.pooled_bytes += size  # reserved while checked
+        if not fits:
+            shutil.rmtree(directory, ignore_errors=True)
+            return
+        dst = os.path.join(self.dir, uuid.uuid4().hex)
+        kept = _Kept(layout, dst, nbytes=size)
+        try:
+            os.rename(directory, dst)  # out of the store: no one opens a file of it by name now
+            for rel, nbytes in layout:
+                path = os.path.join(dst, rel)
+                verdict = unshared(path)
+                if verdict is None and os.path.exists(path):
+                    raise OSError("no file leases here")
+                if verdict is not True:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                    kept.missing.add(rel)
+                    kept.nbytes -= nbytes
+        except OSError:
+            with self._lock:
                 self.pooled_bytes -= size
-        if not kept:
-            with contextlib.suppress(OSError):
-                os.unlink(dst)
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.rmtree(directory, ignore_errors=True)
+            return
+        with self._lock:
+            self.pooled_bytes -= size - kept.nbytes
+            self._kept.append(kept)
 
     def clear(self) -> None:
-        """Remove every pooled file."""
+        """Remove every kept directory."""
         with self._lock:
-            paths = [p for free in self._free.values() for p in free]
-            self._free.clear()
+            gone, self._kept = self._kept, []
             self.pooled_bytes = 0
-        for path in paths:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        for old in gone:
+            shutil.rmtree(old.path, ignore_errors=True)

@@ -201,11 +201,11 @@ class PushSession:
             os.close(fd)
 
     def place(self) -> None:
-        """Make every chunk file, for a same-host client to write in place (PushInPlace)."""
+        """Ready for a same-host client to write the chunk files in place (PushInPlace): the
+        version made them all when it was created."""
         self._check_open()
         if self.version.dir is None:
             raise FailedPrecondition("this paramserver keeps its versions outside shared memory")
-        self.version.make_files()
 
     def finish_in_place(self, sums: Mapping[str, tuple[str, Sequence[int]]]) -> int:
         """Take the files the client wrote (`sums`: name -> (digest, chunk CRC32Cs)) once each
@@ -434,8 +434,6 @@ class ParamServerService:
         stored = None
         try:
             stored = Version(version, metas, self.store_root, self._pool)
-            if self._pool is not None:
-                self._pool.note_version(stored.nbytes)
             return PushSession(self, stored, self.config.chunk_kib << 10, entry, cancelled)
         except BaseException:
             if stored is not None:

@@ -18,7 +18,7 @@ C-order bytes, which is exactly what the zarr3 `bytes` codec stores. In files, e
 is made at its full size by the version (from the pool of deleted versions' files,
 rlx_paramserver.pool, when it has one of that size) and written there: runs with `pwrite`,
 chunks split along a later axis through a mapping held while their tensor arrives, or by a
-same-host client writing in place (`make_files`, then `adopt_files`); each chunk's CRC32C is taken
+same-host client writing in place (`adopt_files` takes them); each chunk's CRC32C is taken
 from the bytes in hand. In memory,
 runs go straight to the kvstore under their chunk keys, other tensors through their TensorStore
 array (read back once for the CRC). Reads always go through TensorStore's kvstore, one chunk key at
@@ -51,7 +51,7 @@ import xxhash
 
 from rlx_core.errors import Corrupt, FailedPrecondition, InvalidArgument
 from rlx_core.rpc import dtype_from_name
-from rlx_paramserver.pool import FilePool, unshared
+from rlx_paramserver.pool import FilePool, Layout, unshared
 
 __all__ = ["PAGE", "TensorMeta", "TensorWriter", "Version", "chunk_key", "chunk_shape_for"]
 
@@ -150,20 +150,26 @@ class Version:
         self.created = time.time()
         self._context = ts.Context({"file_io_sync": False})
         self.dir: str | None = None
+        self._paths = {m.name: f"{i}/" for i, m in enumerate(metas)}
+        self.metas: dict[str, TensorMeta] = {m.name: m for m in metas}
         if root is None:
             kvstore = {"driver": "memory"}
         else:
             self.dir = os.path.join(root, f"v{version}-{uuid.uuid4().hex[:8]}")
             os.mkdir(self.dir, 0o700)
+            layout = tuple(
+                sorted(
+                    (self._paths[m.name] + chunk_key(index), m.chunk_nbytes)
+                    for m in metas
+                    for index in self.chunks_of(m.name)
+                )
+            )
             # the files go with the last reference to this version (or at interpreter exit)
-            self._cleanup = weakref.finalize(self, _release_dir, self.dir, pool)
+            self._cleanup = weakref.finalize(self, _release_dir, self.dir, pool, layout)
+            self._make_files(layout, pool)
             kvstore = {"driver": "file", "path": self.dir + "/"}
         self._kv: ts.KvStore | None = ts.KvStore.open(kvstore, context=self._context).result()
         self._kvstore = kvstore
-        self._pool = pool
-        self._made_dirs: set[str] = set()
-        self._paths = {m.name: f"{i}/" for i, m in enumerate(metas)}
-        self.metas: dict[str, TensorMeta] = {m.name: m for m in metas}
         self._arrays: dict[str, ts.TensorStore] = {}
         self._pending: collections.deque[tuple[ts.Future[Any], int]] = collections.deque()
         self._pending_bytes = 0
@@ -181,30 +187,30 @@ class Version:
             raise FailedPrecondition(f"version {self.version} is not kept in files")
         return os.path.join(self.dir, self._paths[name] + chunk_key(index))
 
-    def make_chunk_file(self, name: str, index: tuple[int, ...]) -> str:
-        """Create the file of one chunk, at its full size, from the pool when it has one (the
-        bytes in it are then a deleted version's: the writer overwrites all of them)."""
-        path = self.chunk_path(name, index)
-        parent = os.path.dirname(path)
-        if parent not in self._made_dirs:
-            os.makedirs(parent, mode=0o700, exist_ok=True)
-            self._made_dirs.add(parent)
-        size = self.metas[name].chunk_nbytes
-        if self._pool is not None:
-            self._pool.take(path, size)
-        else:
+    def _make_files(self, layout: Layout, pool: FilePool | None) -> None:
+        """Every chunk file at its full size: a deleted version's directory of the same layout
+        from the pool (one rename; its old bytes are overwritten by the push), else new files
+        (which take pages only as they are written)."""
+        if pool is not None:
+            pool.note_version(sum(size for _, size in layout))
+        missing = None if pool is None else pool.take(layout, self.dir or "")
+        made, dirs = 0, set()
+        for rel, size in layout:
+            if missing is not None and rel not in missing:
+                continue
+            path = os.path.join(self.dir or "", rel)
+            parent = os.path.dirname(path)
+            if parent not in dirs:
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+                dirs.add(parent)
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
             try:
                 os.ftruncate(fd, size)
             finally:
                 os.close(fd)
-        return path
-
-    def make_files(self) -> None:
-        """Create every chunk file of every tensor (a push written in place)."""
-        for name in self.metas:
-            for index in self.chunks_of(name):
-                self.make_chunk_file(name, index)
+            made += size
+        if pool is not None:
+            pool.made(made)
 
     @property
     def kv(self) -> ts.KvStore:
@@ -248,8 +254,7 @@ class Version:
         the background, with at most MAX_PENDING_BYTES of them in flight; a failed one raises
         here or in `settle`."""
         if self.dir is not None:
-            path = self.make_chunk_file(name, index)
-            fd = os.open(path, os.O_WRONLY)
+            fd = os.open(self.chunk_path(name, index), os.O_WRONLY)
             try:
                 view, done = memoryview(data), 0
                 while done < len(view):
@@ -293,7 +298,7 @@ class Version:
         )
 
     def adopt_files(self, sums: Mapping[str, tuple[str, Sequence[int]]]) -> None:
-        """Take the chunk files a same-host client wrote in place (`make_files`), given each
+        """Take the chunk files a same-host client wrote in place, given each
         tensor's digest and its chunks' CRC32C as the client computed them. Every file must
         still have its size and be open or mapped in no other process: nothing can change it
         after this. The bytes are not read back here (that costs as much as the copy): every
@@ -549,9 +554,12 @@ class TensorWriter:
         if self._maps is None:
             self._maps = []
             for index in self.version.chunks_of(meta.name):
-                path = self.version.make_chunk_file(meta.name, index)
+                path = self.version.chunk_path(meta.name, index)
                 fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
                 try:
+                    # pages now, not on the first write into the mapping: a full /dev/shm is
+                    # an error here rather than a SIGBUS there
+                    os.posix_fallocate(fd, 0, meta.chunk_nbytes)
                     mapped = mmap.mmap(fd, meta.chunk_nbytes)
                 finally:
                     os.close(fd)
@@ -593,11 +601,11 @@ class TensorWriter:
         self._rows_written += raw.size // self.row_bytes if meta.shape else 0
 
 
-def _release_dir(directory: str, pool: FilePool | None) -> None:
+def _release_dir(directory: str, pool: FilePool | None, layout: Layout) -> None:
     if pool is None:
         shutil.rmtree(directory, ignore_errors=True)
     else:
-        pool.recycle(directory)
+        pool.recycle(directory, layout)
 
 
 def dtype_of(name: str) -> np.dtype:
