@@ -141,7 +141,7 @@ def time_memcpy(tensors: dict[str, np.ndarray], repeats: int) -> float:
         for n, a in tensors.items():
             np.copyto(dst[n], a)
 
-    return best(repeats + 1, copy)
+    return best(repeats + 3, copy)
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
@@ -185,7 +185,7 @@ def time_paramserver(
             rows.append(("push+commit, shm, new pages", best(1, lambda: push(shm_client))))
             push(shm_client)
             push(shm_client)
-            rows.append(("push+commit, shm (steady)", best(repeats + 1, lambda: push(shm_client))))
+            rows.append(("push+commit, shm (steady)", best(repeats + 3, lambda: push(shm_client))))
             rows.append(("push+commit, gRPC (steady)", best(repeats, lambda: push(grpc_client))))
         memory = {
             "idle_rss": idle,

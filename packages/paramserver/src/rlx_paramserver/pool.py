@@ -16,7 +16,8 @@ directory is renamed out of the store first, so no client can open a file by nam
 check. A file someone holds is unlinked (its pages live as long as that view) and made anew by
 the next push. Where leases are not granted nothing is kept.
 
-The pool holds at most `cap` bytes (the largest version seen), and a push that finds no
+The pool holds at most `cap` bytes (the largest version seen) and no more than `room()` allows
+(the server's N + 1 versions less those it holds and receives), and a push that finds no
 directory of its layout gives back every pooled one before it makes new files, so a server
 holding N versions and receiving one more has at most N + 1 versions of pages on /dev/shm.
 """
@@ -29,7 +30,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["FilePool", "Layout", "unshared"]
@@ -68,7 +69,10 @@ class _Kept:
 class FilePool:
     """Kept directories of deleted versions in `<root>/pool/`; thread-safe."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, room: Callable[[], int] | None = None) -> None:
+        """`room()`: how many bytes the pool may hold now besides the versions alive (the
+        server's (N + 1) versions less those it holds and receives); unbounded if None."""
+        self._room = room
         self.dir = os.path.join(root, "pool")
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         self._kept: list[_Kept] = []
@@ -120,8 +124,9 @@ class FilePool:
         the kernel cannot tell who holds a file."""
         layout = tuple(layout)
         size = sum(n for _, n in layout)
+        room = self._room() if self._room is not None else size
         with self._lock:
-            fits = self.pooled_bytes + size <= self.cap
+            fits = self.pooled_bytes + size <= min(self.cap, room)
             if fits:
                 self.pooled_bytes += size  # reserved while checked
         if not fits:

@@ -389,7 +389,9 @@ class ParamServerService:
             self._cleanup = weakref.finalize(
                 self, shutil.rmtree, self.store_root, ignore_errors=True
             )
-        self._pool = FilePool(self.store_root) if self.store_root is not None else None
+        self._pool = (
+            FilePool(self.store_root, room=self._pool_room) if self.store_root is not None else None
+        )
         self._cond = threading.Condition()
         self._committed: dict[int, Version] = {}
         self._staged: dict[int, _Staged] = {}  # admitted pushes, received in full or not
@@ -414,6 +416,8 @@ class ParamServerService:
         session's writes, with `Cancelled`. Whatever fails after admission unstages the
         version again."""
         metas = self._validate(version, tensors)
+        # the versions deleted so far go to the pool first, while it has room for them
+        self._reaper.drain()
         wait = self.config.max_push_wait_s if timeout is None else max(0.0, timeout)
         deadline = time.monotonic() + wait
         entry = _Staged()
@@ -440,6 +444,17 @@ class ParamServerService:
                 stored.discard()
             self._abort_push(version, entry)
             raise
+
+    def _pool_room(self) -> int:
+        """The bytes the pool may keep now: N + 1 versions of the largest size, less the
+        versions held and those being received (each counted at the largest size)."""
+        if self._pool is None:
+            return 0
+        largest = self._pool.cap
+        with self._cond:
+            alive = sum(v.file_bytes for v in self._committed.values())
+            alive += largest * len(self._staged)
+        return (self.config.max_versions + 1) * largest - alive
 
     def wake(self) -> None:
         """Make pushes waiting for room look at their `cancelled()` again."""

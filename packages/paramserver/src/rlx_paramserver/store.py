@@ -150,6 +150,7 @@ class Version:
         self.created = time.time()
         self._context = ts.Context({"file_io_sync": False})
         self.dir: str | None = None
+        self.file_bytes = 0  # of its chunk files (padded edge chunks), in files only
         self._paths = {m.name: f"{i}/" for i, m in enumerate(metas)}
         self.metas: dict[str, TensorMeta] = {m.name: m for m in metas}
         if root is None:
@@ -164,6 +165,7 @@ class Version:
                     for index in self.chunks_of(m.name)
                 )
             )
+            self.file_bytes = sum(size for _, size in layout)
             # the files go with the last reference to this version (or at interpreter exit)
             self._cleanup = weakref.finalize(self, _release_dir, self.dir, pool, layout)
             self._make_files(layout, pool)
