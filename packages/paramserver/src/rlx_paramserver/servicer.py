@@ -61,10 +61,7 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
         self, request_iterator: Iterator[pb.PushRequest], context: grpc.ServicerContext
     ) -> pb.PushReply:
         requests = _until_cut(request_iterator)
-        first = next(requests, None)
-        if first is None or first.WhichOneof("item") != "header":
-            raise InvalidArgument("a push starts with a PushHeader")
-        header = first.header
+        header = _header_first(requests, "a push")
         session = self._begin(header, context)
         used_shm = False
         try:
@@ -99,10 +96,7 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
         self, request_iterator: Iterator[pb.PushInPlaceRequest], context: grpc.ServicerContext
     ) -> Iterator[pb.PushInPlaceReply]:
         requests = _until_cut(request_iterator)
-        first = next(requests, None)
-        if first is None or first.WhichOneof("item") != "header":
-            raise InvalidArgument("an in-place push starts with a PushHeader")
-        header = first.header
+        header = _header_first(requests, "an in-place push")
         session = self._begin(header, context)
         try:
             session.place()
@@ -240,6 +234,15 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
 
     def register(self, server: grpc.Server) -> None:
         pb_grpc.add_ParamServerServicer_to_server(self, server)
+
+
+def _header_first(
+    requests: Iterator[pb.PushRequest] | Iterator[pb.PushInPlaceRequest], what: str
+) -> pb.PushHeader:
+    first = next(requests, None)
+    if first is None or first.WhichOneof("item") != "header":
+        raise InvalidArgument(f"{what} starts with a PushHeader")
+    return first.header
 
 
 def _until_cut(requests: Iterator[_Msg]) -> Iterator[_Msg]:
