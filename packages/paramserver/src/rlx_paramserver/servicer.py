@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -236,9 +236,7 @@ class ParamServerServicer(pb_grpc.ParamServerServicer):
         pb_grpc.add_ParamServerServicer_to_server(self, server)
 
 
-def _header_first(
-    requests: Iterator[pb.PushRequest] | Iterator[pb.PushInPlaceRequest], what: str
-) -> pb.PushHeader:
+def _header_first(requests: Iterator[Any], what: str) -> pb.PushHeader:
     first = next(requests, None)
     if first is None or first.WhichOneof("item") != "header":
         raise InvalidArgument(f"{what} starts with a PushHeader")

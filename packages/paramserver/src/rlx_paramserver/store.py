@@ -258,7 +258,7 @@ class Version:
         if self.dir is not None:
             fd = os.open(self.chunk_path(name, index), os.O_WRONLY)
             try:
-                view, done = memoryview(data), 0
+                view, done = data.data, 0
                 while done < len(view):
                     done += os.pwrite(fd, view[done:], done)
             finally:

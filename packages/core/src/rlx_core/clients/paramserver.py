@@ -780,7 +780,7 @@ class _StoreMoved(Exception):
 
 def _digest(array: np.ndarray) -> str:
     """XXH3-128 of an array's C-order bytes, as the server records it."""
-    return xxhash.xxh3_128(np.ascontiguousarray(array).reshape(-1).view(np.uint8)).hexdigest()
+    return xxhash.xxh3_128(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
 
 
 _PUSH_THREADS = 2
@@ -818,7 +818,7 @@ class _InPlaceTensor:
         while it is in the core's cache: the source is read from memory once."""
         digest = xxhash.xxh3_128()
         if not self.runs:
-            digest.update(self.raw)  # chunk order is not C order here
+            digest.update(self.raw.data)  # chunk order is not C order here
         crcs = []
         for k in range(len(self.indices)):
             data, piece = self._chunk(k, scratch)
@@ -833,9 +833,9 @@ class _InPlaceTensor:
                     part = data[start : start + _PIECE]
                     crc = google_crc32c.extend(crc, part)
                     if self.runs and start < piece.size:
-                        digest.update(piece[start : start + _PIECE])
+                        digest.update(piece[start : start + _PIECE].data)
                     # pwrite, not a mapping: nothing of the server's pages stays with us
-                    view, done = memoryview(part), 0
+                    view, done = part.data, 0
                     while done < part.size:
                         done += os.pwrite(fd, view[done:], start + done)
             finally:
