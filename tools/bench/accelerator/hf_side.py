@@ -1,7 +1,8 @@
-"""The baseline of the accelerator bench: HF transformers `generate` in bf16, in a process of its
-own (torch and JAX never share an interpreter; a machine without torch runs the rlx side alone).
+"""The baseline of the accelerator bench: HF transformers `generate` in bf16 (or f32: the CPU
+bench tools/bench/generate/real_size.py), in a process of its own (torch and JAX never share an
+interpreter; a machine without torch runs the rlx side alone).
 
-    python hf_side.py CHECKPOINT_DIR
+    python hf_side.py CHECKPOINT_DIR [DTYPE]     # DTYPE: bfloat16 (default) or float32
 
 Prints one JSON line about itself once the checkpoint is loaded, then answers each request line
 ({"prompts": [[ids]], "new": N, "repeats": R}) with one JSON line: the best wall seconds of
@@ -33,10 +34,11 @@ def _dtype_kwarg() -> str:
 
 def main() -> int:
     ckpt = sys.argv[1]
+    dtype = getattr(torch, sys.argv[2] if len(sys.argv) > 2 else "bfloat16")
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(ckpt, **{_dtype_kwarg(): torch.bfloat16})
+    model = AutoModelForCausalLM.from_pretrained(ckpt, **{_dtype_kwarg(): dtype})
     model = model.to(device).eval()
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     info = {

@@ -57,9 +57,9 @@ def torch_python() -> tuple[str | None, str]:
 class HFSide:
     """hf_side.py on one checkpoint, answering one workload per request."""
 
-    def __init__(self, python: str, ckpt: str) -> None:
+    def __init__(self, python: str, ckpt: str, dtype: str = "bfloat16") -> None:
         self.proc = subprocess.Popen(
-            [python, str(HERE / "hf_side.py"), ckpt],
+            [python, str(HERE / "hf_side.py"), ckpt, dtype],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

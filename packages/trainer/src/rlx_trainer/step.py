@@ -80,8 +80,13 @@ class StepFunctions:
             jax.value_and_grad(self._rl_loss_fused, has_aux=True), static_argnames=("max_len",)
         )
         self.sft_grad = jax.jit(jax.value_and_grad(self._sft_loss, has_aux=True))
-        self.add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
-        self.apply = jax.jit(self._apply)
+        # Gradients are dead once added or applied, so their buffers are donated: they become
+        # the sum, or one of the new params and moments, instead of fresh memory (on a CPU, a
+        # fresh multi-GiB output costs page faults: at the Qwen2.5-0.5B shape in f32 the update
+        # took 4.5 s with nothing donated, 1.4 s with params and state donated). The params and
+        # optimizer state are not donated: a step is adopted only after its push succeeds.
+        self.add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b), donate_argnums=(0,))
+        self.apply = jax.jit(self._apply, donate_argnums=(2,))
 
     def _logprobs(self, params: Params, mb: Arrays) -> tuple[jax.Array, jax.Array]:
         """log π(token t | tokens < t) and the entropy of that distribution, [n, S] each."""
