@@ -238,7 +238,7 @@ class SimParamServer:
     def manifest(self, version: int | None = None, **kw: Any) -> tuple[int, list[TensorSpec]]:
         _sleep(self.model.manifest_s)
         v = version or 0
-        spec = TensorSpec("w", np.dtype(np.float32), (4,), 0, (4,), 16, f"{v:064x}", v)
+        spec = TensorSpec("w", np.dtype(np.float32), (4,), 0, (4,), 16, f"{v:032x}")
         return v, [spec]
 
     def close(self) -> None:
