@@ -110,9 +110,10 @@ def decode_flops(cfg: ModelConfig, batch: int, context: float) -> float:
 def measure_model(
     label: str, cfg: ModelConfig, args: argparse.Namespace, w: Workload, torch_py: str | None
 ) -> list[dict]:
-    """Every batch of one model on the engine, then on HF, the same random weights. Memory: the
-    weights exist twice at most (f32 at the 1.5B shape: 6.2 GB a copy): the engine's form is made
-    once, in two steps, and every engine shares it; it is dropped before HF loads its own."""
+    """Each batch on the engine, then on HF (a change in the machine's load between batches hits
+    both), the same random weights. Memory: the weights exist twice at most (f32 at the 1.5B
+    shape: 6.2 GB a copy): the engine's form is made once, in two steps, and every engine
+    shares it; HF's process, with its own copy, is started per batch."""
     print(f"{label}: random weights ...", file=sys.stderr, flush=True)
     params = random_params(cfg, seed=0)
     ckpt = tempfile.mkdtemp(prefix="rlx-gen-ckpt-")
@@ -124,19 +125,19 @@ def measure_model(
         for batch in args.batches:
             print(f"{label} b{batch}: rlx ...", file=sys.stderr, flush=True)
             rlx, tokens = engine_generate(cfg, params, batch, w, args.compile_cache)
-            rows.append({"model": label, "batch": batch, "rlx": rlx, "hf": None, "tokens": tokens})
+            row = {"model": label, "batch": batch, "rlx": rlx, "hf": None}
+            rows.append(row)
             gc.collect()
-        del params
-        gc.collect()
-        for row in rows if torch_py is not None else []:
-            print(f"{label} b{row['batch']}: HF ...", file=sys.stderr, flush=True)
+            if torch_py is None:
+                continue
+            print(f"{label} b{batch}: HF ...", file=sys.stderr, flush=True)
             hf = HFSide(torch_py, ckpt, args.dtype)
             try:
                 row["hf_info"] = hf.info
-                row["hf"], hf_tokens = hf_generate(hf, cfg, row["batch"], w)
+                row["hf"], hf_tokens = hf_generate(hf, cfg, batch, w)
             finally:
                 hf.close()
-            row["agree"] = agreement(row["tokens"], hf_tokens)
+            row["agree"] = agreement(tokens, hf_tokens)
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
     return rows

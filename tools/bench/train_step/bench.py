@@ -30,11 +30,13 @@ log-probs. Rows:
 
 Each figure: the wall seconds of a whole step call (host work, transfers and, in the stale rows,
 keeping the old version on the host included), the best of --repeats after the warm-up steps
-(compilation: one for the floor, two for rlx, whose second step compiles its update
-again and, in the stale rows, is the first stale one); `π_old prefill` is the
-trainer's `recompute_s`; peak RSS is the process's over the row. The machine is shared: a thread
-stops the run when its available memory falls below --min-free-gib, a shape whose state cannot
-fit is refused up front, and `uptime` is printed before and after.
+(compilation: one for the floor, two for rlx, whose second step compiles its update again and,
+in the stale rows, is the first stale one); `CPU s` is the process's CPU seconds in that step
+(all threads: far below 2 x wall on 2 cores, the step waited on memory or on someone else's
+work); `π_old prefill` the trainer's `recompute_s`; peak RSS the process's over the row. The
+machine is shared: a thread stops the run when its available memory falls below
+--min-free-gib, a shape whose state cannot fit is refused up front, and `uptime` is printed
+before and after.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ FLOOR_BYTES, RLX_BYTES = 16, 28
 class Row:
     name: str
     seconds: float  # best wall seconds per step
+    cpu: float  # the process's CPU seconds (all threads, user + system) in that step
     prefill: float | None  # the trainer's recompute_s in that step; None for the floor
     peak_gib: float  # peak RSS of the process over the row
 
@@ -165,9 +168,9 @@ def floor_row(cfg: ModelConfig, args: argparse.Namespace) -> Row:
 
     params = random_params(replace(cfg, param_dtype="float32"), seed=0)
     opt_state = jax.jit(optimizer.init)(params)
-    times = []
+    steps = []
     for i in range(args.repeats + 1):
-        t0 = time.perf_counter()
+        clock = Clock()
         batch = make_batch(cfg, args, 0, i)
         r = batch.rewards
         assert r is not None
@@ -182,9 +185,10 @@ def floor_row(cfg: ModelConfig, args: argparse.Namespace) -> Row:
         )
         float(loss)  # waits for the step; params are ready with it
         jax.block_until_ready(params)
-        times.append(time.perf_counter() - t0)
-        progress("floor", i, args.repeats, times[-1])
-    return Row("floor: plain optax step", min(times[1:]), None, peak_rss_gib())
+        steps.append(clock.read())
+        progress("floor", i, args.repeats, steps[-1])
+    wall, cpu = min(steps[1:])
+    return Row("floor: plain optax step", wall, cpu, None, peak_rss_gib())
 
 
 # --- rlx-trainer's step ---------------------------------------------------------------------
@@ -208,23 +212,33 @@ def rlx_row(
     # carry their shardings spelled otherwise than the placed inputs), and a stale row's first
     # step has no older version yet
     warm = 2
-    times, prefill = [], []
+    steps = []
     for i in range(args.repeats + warm):
         version = max(trainer.state.step - 1, 0) if stale else trainer.state.step
         batch = make_batch(cfg, args, version, i)
-        t0 = time.perf_counter()
+        clock = Clock()
         m = trainer.train_step(batch).metrics
-        times.append(time.perf_counter() - t0)
-        prefill.append(m["recompute_s"])
-        progress(name, i - warm + 1, args.repeats, times[-1])
-    best = int(np.argmin(times[warm:])) + warm
+        steps.append((*clock.read(), m["recompute_s"]))
+        progress(name, i - warm + 1, args.repeats, steps[-1][:2])
+    wall, cpu, prefill = min(steps[warm:])
     del trainer
-    return Row(name, times[best], prefill[best], peak_rss_gib())
+    return Row(name, wall, cpu, prefill, peak_rss_gib())
 
 
-def progress(name: str, i: int, repeats: int, seconds: float) -> None:
+class Clock:
+    """Wall and process CPU seconds since it was made: CPU far below 2 x wall on 2 cores means
+    the step waited (on memory, or on another user's work)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def read(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def progress(name: str, i: int, repeats: int, step: tuple[float, float]) -> None:
     label = "warm-up (compiles)" if i <= 0 else f"step {i}/{repeats}"
-    print(f"  {name}: {label} {seconds:.2f} s", file=sys.stderr, flush=True)
+    print(f"  {name}: {label} {step[0]:.2f} s, CPU {step[1]:.2f} s", file=sys.stderr, flush=True)
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -302,8 +316,8 @@ def main() -> int:
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs, {jax.devices()[0].device_kind}")
     print(f"uptime before: {before}")
     print(f"uptime after:  {after}")
-    head = f"{'s/step':>9}{'tokens/s':>10}{'x floor':>9}{'π_old prefill s':>17}{'peak RSS GiB':>14}"
-    print(f"{'':32}{head}")
+    head = f"{'s/step':>9}{'tokens/s':>10}{'x floor':>9}{'CPU s':>8}{'π_old prefill s':>17}"
+    print(f"{'':32}{head}{'peak RSS GiB':>14}")
     for dtype, rows in results.items():
         print(f"{dtype} matmuls")
         floor = rows[0].seconds
@@ -311,7 +325,7 @@ def main() -> int:
             prefill = "-" if r.prefill is None else f"{r.prefill:.3f}"
             print(
                 f"  {r.name:30}{r.seconds:>9.3f}{tokens / r.seconds:>10.0f}"
-                f"{r.seconds / floor:>9.2f}{prefill:>17}{r.peak_gib:>14.1f}"
+                f"{r.seconds / floor:>9.2f}{r.cpu:>8.1f}{prefill:>17}{r.peak_gib:>14.1f}"
             )
     return 0
 
