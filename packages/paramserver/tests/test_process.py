@@ -100,13 +100,15 @@ def test_a_killed_servers_files_are_removed_by_the_next(servers: list[Server]) -
 
 
 def tree_bytes(root: str) -> int:
-    """Bytes of tmpfs pages held by the files under `root`."""
-    total = 0
+    """Bytes of tmpfs pages held by the files under `root`, each file counted once: a version's
+    directory renamed into the file pool (or back) while we walk is met twice."""
+    seen: dict[tuple[int, int], int] = {}
     for dirpath, _, files in os.walk(root):
         for name in files:
             with contextlib.suppress(FileNotFoundError):  # deleted while we walk
-                total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
+                st = os.stat(os.path.join(dirpath, name))
+                seen[st.st_dev, st.st_ino] = st.st_blocks * 512
+    return sum(seen.values())
 
 
 @pytest.mark.integration
