@@ -1,7 +1,8 @@
 """Inference as several processes forming one mesh: two real processes with 4 CPU devices each,
 joined by jax.distributed over 127.0.0.1 (gloo collectives), generate with the engine split 8
 ways (heads, KV cache, MLP, vocabulary) exactly as one process holding all 8 devices; served by
-`rlx-inference`, process 0 hands every LoadVersion and Generate to the other.
+`rlx-inference`, process 0 hands every LoadVersion and Generate to the other, and each process
+pulls from the paramserver only its half of every split weight.
 
 The one-process reference also starts jax.distributed (a coordinator, one process): its
 collectives are then gloo's too. Without it XLA sums the tensor axis's partial results in
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from jax.sharding import AbstractMesh
 
 from rlx_core.clients import InferenceClient, LifecycleClient, ParamServerClient
 from rlx_core.clients.inference import GenerateResult
@@ -30,6 +32,7 @@ from rlx_inference.engine import Engine
 from rlx_inference.mesh import engine_mesh
 from rlx_inference.server import main
 from rlx_model import init_params, load_config, to_hf_config
+from rlx_model.sharding import param_partition_specs
 from rlx_paramserver import ParamServerConfig, ParamServerService
 from rlx_paramserver.servicer import registrations as paramserver_registrations
 
@@ -142,6 +145,17 @@ def reference(
     return results
 
 
+def _bytes(flat: dict[str, np.ndarray]) -> int:
+    return sum(a.nbytes for a in flat.values())
+
+
+def _half_of_the_split(flat: dict[str, np.ndarray]) -> int:
+    """The bytes one of 2 processes holds of `flat` split 8 ways (4 devices each): half of each
+    tensor the tensor axis splits, the others whole."""
+    specs = param_partition_specs(CFG, AbstractMesh((1, 1, 8), ("data", "fsdp", "tensor")))
+    return sum(a.nbytes // (2 if "tensor" in specs[k] else 1) for k, a in flat.items())
+
+
 def _same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
     assert got.keys() == want.keys()
     for key, value in want.items():
@@ -213,7 +227,14 @@ def test_grpc_served_by_process_0_runs_every_call_on_both_processes(
             # vocabulary)
             with pytest.raises(FailedPrecondition, match="no version is loaded"):
                 client.generate(unit("greedy"))
-            assert client.load_version(1).version == 1
+            loaded = client.load_version(1)
+            assert loaded.version == 1
+            # process 0 pulled only its half of every split tensor, and the norms whole
+            assert (
+                loaded.nbytes
+                == _half_of_the_split(flat_params(SEEDS[1]))
+                < _bytes(flat_params(SEEDS[1]))
+            )
             bad = replace(unit("greedy"), prompts=((5, 999),) * len(unit("greedy").prompts))
             with pytest.raises(InvalidArgument, match=r"prompts\[0\]: ids \[999\]"):
                 client.generate(bad)

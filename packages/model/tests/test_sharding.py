@@ -61,3 +61,19 @@ def test_mesh_shape_must_match_devices() -> None:
 
     with pytest.raises(ConfigError, match="needs 8 devices"):
         make_mesh((2, 2, 2))
+
+
+def test_the_paramserver_chunks_each_tensor_along_the_axis_inference_splits() -> None:
+    from dataclasses import replace
+
+    from rlx_model import param_shapes, tiny_config
+    from rlx_model.sharding import chunk_axes
+
+    cfg = replace(tiny_config(), tie_word_embeddings=False)
+    axes = chunk_axes(cfg)
+    assert set(axes) == set(param_shapes(cfg))
+    # [L, in, out] matrices split by their outputs (q, k, v, gate, up) or inputs (o, down); the
+    # embedding [V, D] and the head [D, V] by the vocabulary; the biases [L, out] by outputs
+    assert axes["layers/q"] == axes["layers/gate"] == 2 and axes["layers/down"] == 1
+    assert axes["embed"] == 0 and axes["lm_head"] == 1 and axes["layers/q_bias"] == 1
+    assert axes["final_norm"] == 0 and axes["layers/attn_norm"] == 0  # replicated

@@ -102,6 +102,35 @@ def test_pushes_go_in_place_and_reuse_the_files_of_deleted_versions(
     assert store_bytes(server) <= 3 * files
 
 
+def test_a_stacked_matrix_split_by_columns_streams_in_blocks_of_rows(make_server: Any) -> None:
+    """[L, in, out] split along its last axis into 10 chunks (a padded edge): the client streams
+    it in several blocks of rows, each cut into the 10 chunks' pieces; what the server stores
+    reads back the same on both transports, whole and as a tensor-parallel half."""
+    server = make_server(max_versions=2, chunk_kib=1024)
+    rng = np.random.default_rng(0)
+    data = {"layers/up": rng.standard_normal((16, 256, 605)).astype(np.float32)}  # 9.9 MB
+    with server.client() as client, server.client(shared_memory=False) as remote:
+        client.push(1, data, shard_axes={"layers/up": 2})
+        assert client.last_transport == "shm"
+        (spec,) = client.manifest(1)[1]
+        assert spec.chunk_shape == (16, 256, 61)  # 10 chunks, the last 56 wide + 5 of padding
+        assert spec.digest == xxhash.xxh3_128(data["layers/up"].tobytes()).hexdigest()
+        version = server.service.get(1)
+        meta = version.metas["layers/up"]
+        for k, index in enumerate(version.chunks_of("layers/up")):
+            with open(version.chunk_path("layers/up", index), "rb") as f:
+                stored = np.frombuffer(f.read(), np.float32).reshape(spec.chunk_shape)
+            assert google_crc32c.value(stored.tobytes()) == meta.chunk_crc32c[k]
+            width = min(61, 605 - 61 * k)
+            assert same(stored[..., :width], data["layers/up"][..., 61 * k : 61 * k + width])
+            assert not stored[..., width:].any()  # the padding is zeros
+        half = {"layers/up": ([0, 0, 0], [16, 256, 302])}
+        for puller in (client, remote):
+            assert same(puller.pull(1)[1]["layers/up"], data["layers/up"])
+            got = puller.pull(1, slices=half)[1]["layers/up"]
+            assert same(got, data["layers/up"][..., :302])
+
+
 def test_a_pulled_view_keeps_its_bytes_after_its_files_would_be_reused(
     make_server: Any,
 ) -> None:

@@ -1,12 +1,16 @@
 """Moving one weight version: rlx-paramserver against memcpy and an Orbax disk round trip.
 
-    uv run python tools/bench/paramserver/bench.py [--layers 24] [--repeats 2]
+    uv run python tools/bench/paramserver/bench.py [--layout rlx|per-layer] [--layers 24]
+        [--repeats 2]
 
-The tensors have the shapes of Qwen2-0.5B (vocab 151936, hidden 896, 24 layers, MLP 4864, 14
-heads, 2 KV heads, tied embeddings) in bfloat16, ~0.99 GB, with the JAX [in, out] layout and the
-tensor-parallel shard axes (q/k/v/gate/up on the output axis, o/down on the input axis, the
-embedding on the vocabulary axis). The server runs in its own process (`rlx-paramserver
---max-versions 2`). Timed in the same run:
+The version has the shapes of Qwen2-0.5B (vocab 151936, hidden 896, 24 layers, MLP 4864, 14
+heads, 2 KV heads, tied embeddings) in bfloat16, ~0.99 GB, random bits. `--layout rlx` (the
+default) is what rlx's trainer pushes: its flat tensors (`rlx_model.param_shapes`: 14 of them,
+the layers stacked, [L, in, out]) chunked along the axes its push names
+(`rlx_model.sharding.chunk_axes`: the axis a tensor-parallel inference worker splits).
+`--layout per-layer` is 290 tensors, one per layer and weight, as an HF checkpoint names them
+(what this bench timed before; the figures in the paramserver README's first table). The server
+runs in its own process (`rlx-paramserver --max-versions 2`). Timed in the same run:
 
 - memcpy: `np.copyto` of every tensor into preallocated arrays (the physical limit);
 - paramserver push+commit and pull, over gRPC streaming and over the same-host shared-memory
@@ -14,13 +18,17 @@ embedding on the vocabulary axis). The server runs in its own process (`rlx-para
   the layout allows; `pull(out=)`: copied into preallocated arrays). A pull is timed from the
   call to its return; the arrays are released after the clock stops (as memcpy's are never
   freed);
+- a tensor-parallel pull: what one of two inference processes splitting the model 2 ways
+  pulls (`rlx_inference.mesh.pull_boxes`: its half of every tensor the tensor axis splits, the
+  norms whole), with the bytes of the chunks the server reads for it;
 - Orbax: `PyTreeCheckpointer` save + restore of the same tree through a local directory (what
   RL systems that move weights through checkpoints do).
 
 Also reported: the server's peak memory while it holds 2 versions and receives a third, against
-the (N + 1) x version x 1.1 bound: its RSS plus its chunk files on /dev/shm (tmpfs pages, which
-RSS does not show), sampled every 10 ms, and, as an upper bound, its peak RSS (VmHWM) over idle
-plus the peak of its files. Best of `--repeats` for each timing.
+the (N + 1) x version x 1.1 bound: its RSS without shared-memory pages plus its chunk files on
+/dev/shm (tmpfs pages, which RSS shows only while mapped), sampled every 10 ms, and, as an upper
+bound that counts the files it maps twice, its peak RSS (VmHWM) over idle plus the peak of its
+files. Best of `--repeats` for each timing.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import math
 import os
 import shutil
 import subprocess
@@ -36,19 +45,61 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
 from rlx_core.clients import LifecycleClient, ParamServerClient
+from rlx_core.clients.paramserver import TensorSpec
 
 TOKEN = "bench-paramserver-token-0123456789"
 VOCAB, HIDDEN, MLP, HEADS, KV_HEADS, HEAD_DIM = 151936, 896, 4864, 14, 2, 64
+Boxes = dict[str, tuple[list[int], list[int]]]
 
 
-def qwen2_05b(layers: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Random bf16 tensors with Qwen2-0.5B's shapes, and each one's shard axis."""
+def random_bf16(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    # random bits, not random normals: same bytes-moving cost, far faster to make
+    bits = rng.integers(0, 1 << 16, size=shape, dtype=np.uint16) & 0xBFFF  # no NaN/inf
+    return bits.view(ml_dtypes.bfloat16)
+
+
+def qwen2_05b_rlx(layers: int) -> tuple[dict[str, np.ndarray], dict[str, int], Boxes]:
+    """Random bf16 tensors in rlx's own flat layout of Qwen2-0.5B, the axes the trainer's push
+    names, and the boxes one of two tensor-parallel processes pulls."""
+    from rlx_model import param_shapes, tiny_config
+    from rlx_model.families import get_family
+    from rlx_model.sharding import chunk_axes
+
+    cfg = replace(
+        tiny_config(),
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_layers=layers,
+        num_heads=HEADS,
+        num_kv_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        intermediate_size=MLP,
+        tie_word_embeddings=True,
+    )
+    rng = np.random.default_rng(0)
+    tensors = {name: random_bf16(shape, rng) for name, shape in param_shapes(cfg).items()}
+    axes = chunk_axes(cfg)
+    specs = get_family(cfg.family).specs_for(cfg)
+    boxes = {}
+    for name, a in tensors.items():  # process 0 of a tensor axis of 2: the first half
+        if "tensor" in specs[name]:
+            axis = specs[name].index("tensor")
+            stop = list(a.shape)
+            stop[axis] //= 2
+            boxes[name] = ([0] * a.ndim, stop)
+    return tensors, axes, boxes
+
+
+def qwen2_05b(layers: int) -> tuple[dict[str, np.ndarray], dict[str, int], Boxes]:
+    """Random bf16 tensors with Qwen2-0.5B's shapes, one per layer and weight as an HF
+    checkpoint names them, each one's shard axis, and the tensor-parallel half's boxes."""
     rng = np.random.default_rng(0)
     shapes: dict[str, tuple[tuple[int, ...], int]] = {"embed": ((VOCAB, HIDDEN), 0)}
     q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
@@ -69,13 +120,15 @@ def qwen2_05b(layers: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
             f"{p}/post_attn_norm/scale": ((HIDDEN,), 0),
         }
     shapes["final_norm/scale"] = ((HIDDEN,), 0)
-    tensors, axes = {}, {}
+    tensors, axes, boxes = {}, {}, {}
     for name, (shape, axis) in shapes.items():
-        # random bits, not random normals: same bytes-moving cost, far faster to make
-        bits = rng.integers(0, 1 << 16, size=shape, dtype=np.uint16) & 0xBFFF  # no NaN/inf
-        tensors[name] = bits.view(ml_dtypes.bfloat16)
+        tensors[name] = random_bf16(shape, rng)
         axes[name] = axis
-    return tensors, axes
+        if not name.endswith("/scale"):  # every tensor but the norms is split
+            stop = list(shape)
+            stop[axis] //= 2
+            boxes[name] = ([0] * len(shape), stop)
+    return tensors, axes, boxes
 
 
 def best(repeats: int, fn: Callable[[], object]) -> float:
@@ -95,17 +148,26 @@ def rss(pid: int, key: str) -> int:
 
 
 def tree_bytes(root: str) -> int:
-    """Bytes of tmpfs pages held by the files under `root` (files vanish while we walk)."""
-    total = 0
+    """Bytes of tmpfs pages held by the files under `root`, each file once (files vanish while
+    we walk; a version's directory renamed into the file pool, or back, is met twice)."""
+    seen: dict[tuple[int, int], int] = {}
     for dirpath, _, files in os.walk(root):
         for name in files:
             with contextlib.suppress(FileNotFoundError):
-                total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
+                st = os.stat(os.path.join(dirpath, name))
+                seen[st.st_dev, st.st_ino] = st.st_blocks * 512
+    return sum(seen.values())
+
+
+def private_rss(pid: int) -> int:
+    """RSS without its shared-memory pages (RssShmem): the server's only ones are the chunk
+    files it maps while it writes a tensor received over gRPC, which `tree_bytes` counts."""
+    return rss(pid, "RssAnon") + rss(pid, "RssFile")
 
 
 class MemorySampler:
-    """Samples a server's RSS + its chunk files every 10 ms and keeps the peaks."""
+    """Samples a server's RSS (without the chunk files it maps: `private_rss`) + its chunk files
+    every 10 ms and keeps the peaks."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -117,7 +179,7 @@ class MemorySampler:
 
     def sample(self) -> tuple[int, int]:
         files = tree_bytes(self.root) if self.root else 0
-        return rss(self.pid, "VmRSS"), files
+        return private_rss(self.pid), files
 
     def _run(self) -> None:
         while not self._stop.wait(0.01):
@@ -160,9 +222,10 @@ def start_server() -> tuple[subprocess.Popen[str], str]:
 
 
 def time_paramserver(
-    tensors: dict[str, np.ndarray], axes: dict[str, int], repeats: int
+    tensors: dict[str, np.ndarray], axes: dict[str, int], boxes: Boxes, repeats: int
 ) -> tuple[list[tuple[str, float]], dict[str, int]]:
-    """Timings of push+commit and pull on both transports, and the server's peak memory."""
+    """Timings of push+commit and pull on both transports, whole and a tensor-parallel half;
+    the server's peak memory, and the bytes of the chunks the half's pull reads."""
     rows = []
     server, address = start_server()
     try:
@@ -170,7 +233,7 @@ def time_paramserver(
         shm_client = ParamServerClient(address, token=TOKEN, shared_memory=True, timeout=600)
         grpc_client.push(0, {"warmup": np.zeros(8)})
         grpc_client.drop(0)
-        idle = rss(server.pid, "VmRSS")
+        idle = private_rss(server.pid)
         version = iter(range(1, 1000))
         pushed: list[int] = []
 
@@ -193,34 +256,72 @@ def time_paramserver(
             "peak_files": sampler.peak_files,
             "hwm_over_idle": rss(server.pid, "VmHWM") - idle,  # held 2 versions, received more
         }
-        latest = pushed[-1]
-
-        def time_pull(client: ParamServerClient) -> float:
-            times = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                got_version, got = client.pull(latest)
-                times.append(time.perf_counter() - start)
-                assert got_version == latest and len(got) == len(tensors)
-                del got  # freed (unmapped) after the clock stops
-            return min(times)
-
-        rows.append(("pull, gRPC", time_pull(grpc_client)))
-        rows.append(("pull, shm", time_pull(shm_client)))
-        into = {n: np.empty_like(a) for n, a in tensors.items()}
-
-        def pull_into() -> None:
-            got_version, got = shm_client.pull(latest, out=into)
-            assert got_version == latest and got["embed"] is into["embed"]
-
-        pull_into()  # first touch of the reused segment and of `into`
-        rows.append(("pull into arrays, shm", best(repeats, pull_into)))
-        _, check = shm_client.pull(latest)
-        assert all(check[n].tobytes() == a.tobytes() for n, a in tensors.items())
+        pull_rows, reads = time_pulls(grpc_client, shm_client, pushed[-1], tensors, boxes, repeats)
+        rows += pull_rows
+        memory |= reads
     finally:
         server.terminate()
         server.wait(60)
     return rows, memory
+
+
+def time_pulls(
+    grpc_client: ParamServerClient,
+    shm_client: ParamServerClient,
+    latest: int,
+    tensors: dict[str, np.ndarray],
+    boxes: Boxes,
+    repeats: int,
+) -> tuple[list[tuple[str, float]], dict[str, int]]:
+    """Pulls of version `latest`, whole and the tensor-parallel half, on both transports; the
+    half's bytes and those of the chunks the server reads for it."""
+    rows: list[tuple[str, float]] = []
+
+    def time_pull(client: ParamServerClient, slices: Boxes | None = None) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            got_version, got = client.pull(latest, slices=slices)
+            times.append(time.perf_counter() - start)
+            assert got_version == latest and len(got) == len(tensors)
+            del got  # freed (unmapped) after the clock stops
+        return min(times)
+
+    rows.append(("pull, gRPC", time_pull(grpc_client)))
+    rows.append(("pull, shm", time_pull(shm_client)))
+    into = {n: np.empty_like(a) for n, a in tensors.items()}
+
+    def pull_into() -> None:
+        got_version, got = shm_client.pull(latest, out=into)
+        assert got_version == latest and got["embed"] is into["embed"]
+
+    pull_into()  # first touch of the reused segment and of `into`
+    rows.append(("pull into arrays, shm", best(repeats, pull_into)))
+    _, check = shm_client.pull(latest)
+    assert all(check[n].tobytes() == a.tobytes() for n, a in tensors.items())
+    del check
+
+    rows.append(("pull TP half, gRPC", time_pull(grpc_client, boxes)))
+    rows.append(("pull TP half, shm", time_pull(shm_client, boxes)))
+    _, half = shm_client.pull(latest, slices=boxes)
+    for name, (start, stop) in boxes.items():
+        box = tuple(slice(a, b) for a, b in zip(start, stop, strict=True))
+        assert half[name].tobytes() == tensors[name][box].tobytes(), name
+    half_bytes = sum(a.nbytes for a in half.values())
+    del half
+    _, specs = shm_client.manifest(latest)
+    read = sum(chunk_bytes(spec, boxes.get(spec.name)) for spec in specs)
+    return rows, {"half_bytes": half_bytes, "half_chunk_bytes": read}
+
+
+def chunk_bytes(spec: TensorSpec, box: tuple[list[int], list[int]] | None) -> int:
+    """Bytes of the storage chunks of tensor `spec` that `box` (None: all of it) overlaps."""
+    if box is None:
+        box = ([0] * len(spec.shape), list(spec.shape))
+    count = math.prod(
+        (b - 1) // c - a // c + 1 for a, b, c in zip(box[0], box[1], spec.chunk_shape, strict=True)
+    )
+    return count * math.prod(spec.chunk_shape) * spec.dtype.itemsize
 
 
 def time_orbax(tensors: dict[str, np.ndarray], repeats: int) -> tuple[float, float]:
@@ -240,17 +341,22 @@ def time_orbax(tensors: dict[str, np.ndarray], repeats: int) -> tuple[float, flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--layout", choices=("rlx", "per-layer"), default="rlx")
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
 
-    tensors, axes = qwen2_05b(args.layers)
+    make = qwen2_05b_rlx if args.layout == "rlx" else qwen2_05b
+    tensors, axes, boxes = make(args.layers)
     size = sum(a.nbytes for a in tensors.values())
     gb = size / 1e9
-    print(f"version: {len(tensors)} bf16 tensors, {size / 2**30:.3f} GiB ({gb:.3f} GB)")
+    print(
+        f"version ({args.layout} layout): {len(tensors)} bf16 tensors, {size / 2**30:.3f} GiB "
+        f"({gb:.3f} GB)"
+    )
     memcpy = time_memcpy(tensors, args.repeats)
     rows = [("numpy memcpy (baseline)", memcpy)]
-    ps_rows, memory = time_paramserver(tensors, axes, args.repeats)
+    ps_rows, memory = time_paramserver(tensors, axes, boxes, args.repeats)
     rows += ps_rows
     save_s, restore_s = time_orbax(tensors, args.repeats)
     orbax_rt = save_s + restore_s
@@ -276,6 +382,12 @@ def main() -> None:
             f"  goal >= 5x faster than the Orbax save+restore round trip: {vs_orbax:.1f}x ", end=""
         )
         print("(met)" if vs_orbax >= 5 else "(NOT met)")
+    half, read = memory["half_bytes"], memory["half_chunk_bytes"]
+    print(
+        f"\ntensor-parallel half (one of 2 processes): {half / 1e9:.3f} GB of the version's "
+        f"{gb:.3f} GB ({half / size:.2f}); the chunks the server reads for it: {read / 1e9:.3f} GB "
+        f"({read / size:.2f})"
+    )
     bound = 3 * size * 1.1
     mib = 2**20
     sampled = memory["peak_sum"] - memory["idle_rss"]
@@ -283,9 +395,10 @@ def main() -> None:
     print(
         f"\nserver memory holding 2 versions and receiving more (bound (N+1) x version x 1.1 = "
         f"{bound / mib:.0f} MiB):\n"
-        f"  peak of RSS + chunk files on /dev/shm, sampled, over idle RSS: {sampled / mib:.0f} MiB "
-        f"({sampled / bound:.2f} of the bound)\n"
-        f"  upper bound, peak RSS over idle ({memory['hwm_over_idle'] / mib:.0f} MiB) + peak of "
+        f"  peak of RSS (no shared pages) + chunk files on /dev/shm, sampled, over idle: "
+        f"{sampled / mib:.0f} MiB ({sampled / bound:.2f} of the bound)\n"
+        f"  upper bound (counts the files it maps twice), peak RSS over idle "
+        f"({memory['hwm_over_idle'] / mib:.0f} MiB) + peak of "
         f"the files ({memory['peak_files'] / mib:.0f} MiB): {upper / mib:.0f} MiB "
         f"({upper / bound:.2f} of the bound)"
     )

@@ -40,6 +40,7 @@ from rlx_inference.mesh import init_cache, on_mesh, place_params
 from rlx_inference.sampling import knobs_of, sample_columns, seed_keys
 from rlx_model import ModelConfig, Params, enable_compile_cache, param_shapes
 from rlx_model.decoder import _DTYPES
+from rlx_model.distributed import HostBox
 from rlx_model.layers import MATRICES, rms_norm
 from rlx_model.paged import (
     PagedKVCache,
@@ -69,7 +70,7 @@ def engine_form(cfg: ModelConfig, params: Params) -> Params:
     - the output head as W [V, D] (`head_vd`), the layout of the vocabulary-major logits (see
       `_vocab_logits`); a tied head is the embedding itself.
 
-    Idempotent; numpy leaves stay numpy (transposed on the host)."""
+    Idempotent; numpy leaves stay numpy (transposed on the host), `HostBox` leaves boxes."""
 
     def transposed(a: Any) -> Any:
         return np.ascontiguousarray(a.T) if isinstance(a, np.ndarray) else a.T
@@ -103,11 +104,12 @@ def _vocab_logits(params: Params, cfg: ModelConfig, hidden: jax.Array) -> jax.Ar
 
 
 def params_from_flat(
-    cfg: ModelConfig, flat: Mapping[str, np.ndarray], *, mesh: Mesh | None = None
+    cfg: ModelConfig, flat: Mapping[str, np.ndarray | HostBox], *, mesh: Mesh | None = None
 ) -> Params:
     """'/'-path -> array (what the paramserver holds) into the params pytree on device (laid out
     on `mesh`, the engine's, if any), every tensor checked against the config's shapes and cast
-    to its param dtype, in the form the engine computes with (`engine_form`)."""
+    to its param dtype, in the form the engine computes with (`engine_form`). A tensor may be
+    a `HostBox`, the part of it this process's devices hold on `mesh` (`mesh.pull_boxes`)."""
     shapes = param_shapes(cfg)
     missing = sorted(set(shapes) - set(flat))
     extra = sorted(set(flat) - set(shapes))
@@ -119,7 +121,11 @@ def params_from_flat(
     tree: Params = {}
     dtype = _NP[cfg.param_dtype]
     for path, shape in shapes.items():
-        array = np.asarray(flat[path])
+        array = flat[path]
+        if not isinstance(array, HostBox):
+            array = np.asarray(array)
+        elif mesh is None:
+            raise InvalidArgument(f"tensor {path!r}: a part of it needs a mesh to place it on")
         if tuple(array.shape) != shape:
             raise InvalidArgument(
                 f"tensor {path!r} has shape {list(array.shape)}, the model needs {list(shape)}"

@@ -7,6 +7,9 @@ its dimension is dropped) and the paged KV cache by KV heads when the tensor axi
 The scheduler stays on the host, the same on every process; what it hands the compiled calls
 (tokens, block tables, keys, sampling knobs) becomes replicated arrays, and what comes back is
 replicated, so every process reads the same tokens.
+
+A process pulls from the paramserver only the part of each tensor its devices hold
+(`pull_boxes`): at a tensor split 8 ways over 2 processes, half of every split weight.
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlx_core.errors import ConfigError
-from rlx_model import ModelConfig, Params, make_mesh
-from rlx_model.distributed import put_global
+from rlx_model import ModelConfig, Params, make_mesh, param_shapes
+from rlx_model.distributed import local_box, put_global
 from rlx_model.paged import PagedKVCache, init_paged_cache
 from rlx_model.sharding import paged_cache_sharding, param_partition_specs
 
-__all__ = ["engine_mesh", "init_cache", "on_mesh", "place_params"]
+__all__ = ["engine_mesh", "init_cache", "on_mesh", "place_params", "pull_boxes"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,6 +71,23 @@ def place_params(cfg: ModelConfig, form: Params, mesh: Mesh | None) -> Params:
         return NamedSharding(mesh, specs["/".join(names)])
 
     return put_global(form, jax.tree_util.tree_map_with_path(sharding, form))
+
+
+def pull_boxes(cfg: ModelConfig, mesh: Mesh | None) -> dict[str, tuple[list[int], list[int]]]:
+    """'/'-path -> (start, stop) of the part of that tensor (as the paramserver holds it) this
+    process's devices hold on `mesh`, for every tensor it holds only part of: what it pulls.
+    Empty without a mesh or when every device is this process's. `place_params` lays the engine
+    form out by the same specs (a layer's matrix transposed, the head as [V, D]), so the parts
+    it reads lie inside these boxes."""
+    if mesh is None or all(d.process_index == jax.process_index() for d in mesh.devices.flat):
+        return {}
+    shapes = param_shapes(cfg)
+    boxes = {}
+    for path, spec in param_partition_specs(cfg, mesh).items():
+        start, stop = local_box(shapes[path], NamedSharding(mesh, spec))
+        if start != [0] * len(start) or stop != list(shapes[path]):
+            boxes[path] = (start, stop)
+    return boxes
 
 
 def init_cache(

@@ -9,13 +9,15 @@ On a mesh spanning several processes (`rlx_inference.mesh`) every process holds 
 InferenceService and a `Lockstep`: process 0 serves gRPC and hands each Generate and LoadVersion
 to the others, which run it too, one call at a time in the same order (the engine's scheduler
 depends only on the unit, so every process makes the same compiled calls). Every process pulls a
-version from the paramserver itself; if the pull fails on one, it fails on all. A forced
+version from the paramserver itself, only the part of each tensor its own devices hold; if the
+pull fails on one, it fails on all. A forced
 LoadVersion waits for the running unit like any other call (calls do not overlap); Status is
 process 0's alone.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -32,9 +34,9 @@ from rlx_core.lifecycle import Lifecycle
 from rlx_inference._version import __version__
 from rlx_inference.config import InferenceConfig, UnitLimits
 from rlx_inference.engine import Engine, Swap, params_from_flat
-from rlx_inference.mesh import engine_mesh
-from rlx_model import TINY_CONFIGS, ModelConfig, Params, load_checkpoint, load_config
-from rlx_model.distributed import Lockstep, on_every_process
+from rlx_inference.mesh import engine_mesh, pull_boxes
+from rlx_model import TINY_CONFIGS, ModelConfig, Params, load_checkpoint, load_config, param_shapes
+from rlx_model.distributed import HostBox, Lockstep, on_every_process
 
 __all__ = ["InferenceService", "check_limits", "load_model"]
 
@@ -102,6 +104,7 @@ class InferenceService:
             version=0 if params is not None else None,
             mesh=engine_mesh(config.engine.tensor_parallel),
         )
+        self._boxes = pull_boxes(cfg, self.engine.mesh)  # what this process pulls of each tensor
         self._unit_lock = threading.Lock()  # one work unit at a time
         self._load_lock = threading.Lock()  # one pull at a time
         self._pending: Swap | None = None
@@ -181,14 +184,11 @@ class InferenceService:
                 return LoadResult(version=version, previous=previous, pull_s=0.0, nbytes=0)
             start = time.perf_counter()
             got, flat = self._pull(version)
-            params = params_from_flat(
-                self.engine.cfg,
-                {k: np.array(v, copy=True) for k, v in flat.items()},
-                mesh=self.engine.mesh,
-            )
+            params = params_from_flat(self.engine.cfg, self._own(flat), mesh=self.engine.mesh)
             pull_s = time.perf_counter() - start
             nbytes = sum(int(v.nbytes) for v in flat.values())
-            log.info("pulled version %d (%d bytes) in %.2f s", got, nbytes, pull_s)
+            part = " (this process's part)" if self._boxes else ""
+            log.info("pulled version %d: %d bytes%s in %.2f s", got, nbytes, part, pull_s)
             if force and self.lockstep is None:
                 self._swap_soon((params, got))
             else:
@@ -198,11 +198,22 @@ class InferenceService:
             return LoadResult(version=got, previous=previous, pull_s=pull_s, nbytes=nbytes)
 
     def _pull(self, version: int) -> tuple[int, dict[str, np.ndarray]]:
-        """Version `version` from this worker's replica; with several processes each pulls it
-        and a failure anywhere is raised everywhere (no process may go on without it)."""
-        if self.lockstep is None:
-            return self._paramserver().pull(version)
-        return self.lockstep.agree(lambda: self._paramserver().pull(version))
+        """Version `version` from this worker's replica: on a mesh spanning processes, only the
+        part of each tensor this process's devices hold (`pull_boxes`). Each process pulls its
+        own, and a failure anywhere is raised everywhere (no process may go on without it)."""
+        pull = functools.partial(self._paramserver().pull, version, slices=self._boxes)
+        return pull() if self.lockstep is None else self.lockstep.agree(pull)
+
+    def _own(self, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray | HostBox]:
+        """The pulled arrays as this process's own copies (a same-host pull maps the server's
+        files read-only), each part as the `HostBox` it is."""
+        shapes = param_shapes(self.engine.cfg)
+        own: dict[str, np.ndarray | HostBox] = {}
+        for name, pulled in flat.items():
+            array = np.array(pulled, copy=True)
+            box = self._boxes.get(name)
+            own[name] = array if box is None else HostBox(array, box[0], shapes[name])
+        return own
 
     def _swap_soon(self, swap: Swap) -> None:
         """Swap now if no unit runs, else hand it to the running unit's next boundary."""

@@ -8,7 +8,9 @@ all of them, and a mesh built from it spans the processes. What changes for the 
   the coordination service at `cfg.coordinator`; on CPU the collectives between processes go
   through gloo over TCP.
 - A host array becomes a global array with `put_global`: every process holds the same value and
-  copies only the shards its own devices hold. (`jax.device_put` does the same but first
+  copies only the shards its own devices hold. A process that needs only its part of a large
+  value (a tensor-parallel worker's weights) reads `local_box(shape, sharding)` of it and hands
+  `put_global` a `HostBox`: the rest never reaches it. (`jax.device_put` does the same but first
   all-gathers the whole value to check it is equal everywhere, `multihost_utils.assert_equal`;
   the services' inputs are equal by construction: the same seed, the same broadcast call.)
 - A global array comes back to the host with `to_host`: fully addressable or fully replicated
@@ -33,7 +35,7 @@ import ipaddress
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 import jax
@@ -45,9 +47,11 @@ from rlx_core.distributed import AUTO, DistributedConfig
 from rlx_core.errors import FailedPrecondition, Internal, RlxError, error_class_for
 
 __all__ = [
+    "HostBox",
     "Lockstep",
     "initialize",
     "lead_or_follow",
+    "local_box",
     "on_every_process",
     "put_global",
     "to_host",
@@ -121,14 +125,88 @@ def initialize(cfg: DistributedConfig) -> None:
 
 
 # --- arrays across processes --------------------------------------------------------------------
+class HostBox:
+    """The part of a host array one process holds: `data` is `value[start : start + data.shape]`
+    of a value of `shape`. Transposing it (`.T`), taking an index along its first axis (`box[i]`)
+    and casting it (`astype`) give the box of the transposed value, of `value[i]` and of the cast
+    value; `put_global` places it, reading only the parts its process's devices hold, which must
+    lie inside the box."""
+
+    def __init__(self, data: np.ndarray, start: Sequence[int], shape: Sequence[int]) -> None:
+        self.data = data
+        self.start = tuple(int(a) for a in start)
+        self.shape = tuple(int(d) for d in shape)
+        if not (len(self.start) == len(self.shape) == data.ndim) or any(
+            a < 0 or a + n > d for a, n, d in zip(self.start, data.shape, self.shape, strict=True)
+        ):
+            raise ValueError(
+                f"a box of shape {list(data.shape)} at {list(self.start)} does not fit in "
+                f"{list(self.shape)}"
+            )
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def T(self) -> HostBox:  # noqa: N802 (numpy's name)
+        return HostBox(self.data.T, self.start[::-1], self.shape[::-1])
+
+    def __getitem__(self, i: int) -> HostBox:
+        local = i - self.start[0]
+        if not 0 <= local < self.data.shape[0]:
+            raise IndexError(f"index {i} lies outside this box of {self.box_text()}")
+        return HostBox(self.data[local], self.start[1:], self.shape[1:])
+
+    def astype(self, dtype: Any, copy: bool = False) -> HostBox:
+        return HostBox(self.data.astype(dtype, copy=copy), self.start, self.shape)
+
+    def read(self, index: tuple[slice, ...] | None) -> np.ndarray:
+        """`value[index]` (step-1 slices, as `jax.make_array_from_callback` asks; None: all of
+        it), from the box."""
+        index = index or tuple(slice(None) for _ in self.shape)
+        local = []
+        for s, a, n, d in zip(index, self.start, self.data.shape, self.shape, strict=True):
+            lo, hi, step = s.indices(d)
+            if step != 1 or lo < a or hi > a + n:
+                raise ValueError(
+                    f"part {[(x.start, x.stop) for x in index]} of a {list(self.shape)} value lies "
+                    f"outside this process's box {self.box_text()}"
+                )
+            local.append(slice(lo - a, hi - a))
+        return np.ascontiguousarray(self.data[tuple(local)])
+
+    def box_text(self) -> str:
+        return str([(a, a + n) for a, n in zip(self.start, self.data.shape, strict=True)])
+
+
+def local_box(shape: Sequence[int], sharding: Sharding) -> tuple[list[int], list[int]]:
+    """(start, stop) of the smallest box of a value of `shape` holding every part that this
+    process's devices hold when it is laid out by `sharding`: the whole value when it is
+    replicated, this process's shard when it is split."""
+    shape = tuple(shape)
+    start, stop = list(shape), [0] * len(shape)
+    for index in sharding.addressable_devices_indices_map(shape).values():
+        for axis, s in enumerate(index or (slice(None),) * len(shape)):
+            lo, hi, _ = s.indices(shape[axis])
+            start[axis], stop[axis] = min(start[axis], lo), max(stop[axis], hi)
+    return start, stop
+
+
 def put_global(tree: Any, shardings: Any) -> Any:
     """Host arrays (the same value on every process) as arrays laid out by `shardings` (one
     Sharding, or a matching pytree of them), each process filling only its own devices; an
-    array already laid out so is kept as it is."""
+    array already laid out so is kept as it is. A `HostBox` leaf is placed from its box alone."""
 
     def put(x: Any, sharding: Sharding) -> jax.Array:
         if isinstance(x, jax.Array) and x.sharding == sharding:
             return x
+        if isinstance(x, HostBox):
+            return jax.make_array_from_callback(x.shape, sharding, x.read)
         if sharding.is_fully_addressable:  # one process: what it always was
             return jax.device_put(x, sharding)
         host = np.asarray(x)

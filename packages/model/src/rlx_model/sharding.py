@@ -21,6 +21,7 @@ from rlx_model.families import get_family
 __all__ = [
     "AXES",
     "batch_sharding",
+    "chunk_axes",
     "make_mesh",
     "paged_cache_sharding",
     "param_partition_specs",
@@ -62,6 +63,20 @@ def param_partition_specs(cfg: ModelConfig, mesh: Mesh) -> dict[str, PartitionSp
     shapes = param_shapes(cfg)
     specs = get_family(cfg.family).specs_for(cfg)
     return {path: _fit(specs[path], shapes[path], mesh) for path in shapes}
+
+
+def chunk_axes(cfg: ModelConfig) -> dict[str, int]:
+    """'/'-joined param path -> the axis the paramserver should chunk it along: the one a
+    tensor-parallel inference worker splits it on (the "tensor" axis of its spec), so a worker
+    pulling its shard reads that shard's chunks alone; else the first axis the spec shards;
+    else 0."""
+    specs = get_family(cfg.family).specs_for(cfg)
+    return {
+        path: spec.index("tensor")
+        if "tensor" in spec
+        else next((i for i, a in enumerate(spec) if a is not None), 0)
+        for path, spec in specs.items()
+    }
 
 
 def param_shardings(cfg: ModelConfig, mesh: Mesh) -> Params:

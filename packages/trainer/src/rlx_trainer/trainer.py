@@ -185,14 +185,12 @@ class Trainer:
         return sorted(self._kept)
 
     def shard_axes(self) -> dict[str, int]:
-        """Per tensor, the axis the model shards it on (the paramserver chunks along it)."""
-        from rlx_model.families import get_family
+        """Per tensor, the axis the paramserver chunks it along (`rlx_model.sharding.chunk_axes`:
+        the one a tensor-parallel inference worker splits, so its pull of a shard reads the
+        chunks of that shard alone)."""
+        from rlx_model.sharding import chunk_axes
 
-        specs = get_family(self.cfg.family).specs_for(self.cfg)
-        return {
-            path: next((i for i, a in enumerate(spec) if a is not None), 0)
-            for path, spec in specs.items()
-        }
+        return chunk_axes(self.cfg)
 
     # --- the step -------------------------------------------------------------------------
     def _functions(self, kind: str, group: int) -> StepFunctions:
