@@ -242,14 +242,18 @@ def time_paramserver(
             client.push(v, tensors, shard_axes=axes)
             pushed.append(v)
 
+        # a fresh server has no pages to reuse: the first 3 pushes take new ones (2 versions
+        # held + 1 received); from the 4th on a push gets the files of a deleted version
+        rows.append(("push+commit, shm, new pages", best(1, lambda: push(shm_client))))
+        push(shm_client)
+        push(shm_client)
+        rows.append(("push+commit, shm (steady)", best(repeats + 3, lambda: push(shm_client))))
+        rows.append(("push+commit, gRPC (steady)", best(repeats, lambda: push(grpc_client))))
+        # memory over more pushes of both kinds, apart: the sampler's walks of the store every
+        # 10 ms take CPU the timed pushes would share (2 cores)
         with MemorySampler(server.pid) as sampler:
-            # a fresh server has no pages to reuse: the first 3 pushes take new ones (2 versions
-            # held + 1 received); from the 4th on a push gets the files of a deleted version
-            rows.append(("push+commit, shm, new pages", best(1, lambda: push(shm_client))))
-            push(shm_client)
-            push(shm_client)
-            rows.append(("push+commit, shm (steady)", best(repeats + 3, lambda: push(shm_client))))
-            rows.append(("push+commit, gRPC (steady)", best(repeats, lambda: push(grpc_client))))
+            for client in (shm_client, grpc_client, shm_client):
+                push(client)
         memory = {
             "idle_rss": idle,
             "peak_sum": sampler.peak_sum,

@@ -678,29 +678,30 @@ class ParamServerClient(ServiceClient):
             raise Corrupt(f"{self.address}: store directory {directory!r} outside the store")
         parts = [_MappedTensor(header, msg, boxes.get(msg.name)) for msg in header.tensors]
         out: dict[str, np.ndarray] = {}
+        copies: list[tuple[_MappedTensor, np.ndarray]] = []
         if into is not None:
             for part in parts:
-                target = _target(into, part.spec.name, part.spec, boxes)
-                part.copy_into(target)
-                out[part.spec.name] = target
+                out[part.spec.name] = _target(into, part.spec.name, part.spec, boxes)
+                copies.append((part, out[part.spec.name]))
+            _copy_all(copies)
             self.last_transport = "shm"
             return header.version, out
         # tensors that cannot be views are copied into one fresh block: one big allocation
         # faults in far faster than many (huge pages), at the cost of the block living as long
         # as any of them
-        copied = [p for p in parts if not p.stitchable]
-        block = np.empty(sum(_padded(p.nbytes) for p in copied), np.uint8)
+        block = np.empty(sum(_padded(p.nbytes) for p in parts if not p.stitchable), np.uint8)
         offset = 0
         for part in parts:
             if part.stitchable:
-                array = part.view()
-            else:
-                array = block[offset : offset + part.nbytes].view(part.spec.dtype)
-                array = array.reshape(part.shape)
-                offset += _padded(part.nbytes)
-                part.copy_into(array)
-                array.flags.writeable = False
-            out[part.spec.name] = array
+                out[part.spec.name] = part.view()
+                continue
+            array = block[offset : offset + part.nbytes].view(part.spec.dtype)
+            out[part.spec.name] = array.reshape(part.shape)
+            offset += _padded(part.nbytes)
+            copies.append((part, out[part.spec.name]))
+        _copy_all(copies)
+        for _, array in copies:
+            array.flags.writeable = False
         self.last_transport = "shm"
         return header.version, out
 
@@ -783,7 +784,7 @@ def _digest(array: np.ndarray) -> str:
     return xxhash.xxh3_128(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
 
 
-_PUSH_THREADS = 2
+_PUSH_THREADS = 2  # threads of a same-host push or pull
 _PIECE = 1 << 20  # an in-place push's write: fits a core's L2
 _SPLIT_BLOCK = 8 << 20  # a block of a tensor split along a later axis: the L3 cache's share
 
@@ -1052,6 +1053,19 @@ class _MappedTensor:
             out[tuple(dst)] = raw.view(self.spec.dtype).reshape(chunk)[tuple(src)]
             del raw
             mapped.close()  # no view of it is left
+
+
+def _copy_all(copies: Sequence[tuple[_MappedTensor, np.ndarray]]) -> None:
+    """Each tensor's chunks checked and copied into its array, the largest first on a few
+    threads (checksums and copies run without the GIL)."""
+    order = sorted(copies, key=lambda c: -c[1].nbytes)
+    if len(order) < 2 or order[1][1].nbytes < _PIECE:  # one tensor worth a thread
+        for part, array in order:
+            part.copy_into(array)
+        return
+    with ThreadPoolExecutor(_PUSH_THREADS, thread_name_prefix="rlx-ps-pull") as pool:
+        for done in [pool.submit(part.copy_into, array) for part, array in order]:
+            done.result()
 
 
 def _into(out: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
