@@ -6,12 +6,25 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
 def uptime() -> str:
     """`uptime`'s line: every bench prints it before and after, so the load is on record."""
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def best(fn: Callable[[], object], repeats: int) -> float:
+    """The fastest of `repeats` timed calls, after one warm-up (compilation) call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
 
 
 def torch_python() -> str:

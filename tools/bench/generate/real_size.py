@@ -28,7 +28,6 @@ import platform
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -43,7 +42,7 @@ from rlx_model.paged import split_layers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accelerator"))
-from common import uptime
+from common import best, uptime
 from measure import (
     HFSide,
     Workload,
@@ -73,16 +72,10 @@ def read_bandwidth(n_bytes: int, repeats: int = 20) -> tuple[float, float]:
     jm = jnp.asarray(m)
     matvec = jax.jit(lambda a: a @ jnp.ones(4096, jnp.float32))
 
-    def best(fn) -> float:
-        fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return n_bytes / min(times)
-
-    return best(lambda: m @ ones), best(lambda: matvec(jm).block_until_ready())
+    return (
+        n_bytes / best(lambda: m @ ones, repeats),
+        n_bytes / best(lambda: matvec(jm).block_until_ready(), repeats),
+    )
 
 
 def measure_limits(n_bytes: int) -> dict[str, float]:

@@ -21,7 +21,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import jax
@@ -31,7 +30,7 @@ import numpy as np
 from rlx_model import BENCH_CONFIG, ModelConfig, forward, init_params, logits, save_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import torch_python
+from common import best, torch_python
 
 CFG = BENCH_CONFIG
 
@@ -61,17 +60,6 @@ print(json.dumps({"full_s": full, "prefill_s": prefill, "peak": peak, "sample": 
                   "torch": torch.__version__, "threads": torch.get_num_threads(),
                   "attn": model.config._attn_implementation}))
 """
-
-
-def best(fn, repeats: int) -> float:
-    """The fastest of `repeats` timed calls, after one warm-up (compilation) call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def flops(cfg: ModelConfig, batch: int, seq: int, head_positions: int) -> float:
