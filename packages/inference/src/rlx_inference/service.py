@@ -205,14 +205,18 @@ class InferenceService:
         return pull() if self.lockstep is None else self.lockstep.agree(pull)
 
     def _own(self, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray | HostBox]:
-        """The pulled arrays as this process's own copies (a same-host pull maps the server's
-        files read-only), each part as the `HostBox` it is."""
+        """The pulled arrays as this process's own copies (a same-host pull may return views
+        of the server's files, mapped read-only), each part as the `HostBox` it is. A part is
+        never a view (a pull of a box copies it, over either transport): it is not copied
+        again, and `put_global` reads only the pieces the devices hold from it."""
         shapes = param_shapes(self.engine.cfg)
         own: dict[str, np.ndarray | HostBox] = {}
         for name, pulled in flat.items():
-            array = np.array(pulled, copy=True)
             box = self._boxes.get(name)
-            own[name] = array if box is None else HostBox(array, box[0], shapes[name])
+            if box is None:
+                own[name] = np.array(pulled, copy=True)
+            else:
+                own[name] = HostBox(pulled, box[0], shapes[name])
         return own
 
     def _swap_soon(self, swap: Swap) -> None:
