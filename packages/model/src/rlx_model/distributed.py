@@ -149,10 +149,6 @@ class HostBox:
         return self.data.dtype
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
     def T(self) -> HostBox:  # noqa: N802 (numpy's name)
         return HostBox(self.data.T, self.start[::-1], self.shape[::-1])
 
