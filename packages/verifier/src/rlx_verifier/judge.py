@@ -48,6 +48,9 @@ R = TypeVar("R")
 STATUSES = ("AC", "WA", "PE", "TLE", "MLE", "RE", "CE", "INFRA")
 # stderr of a failed assertion: Python, C/C++ (glibc), Rust (Go's testing prints "--- FAIL:"
 # on stdout)
+# Assert-style languages whose verdict still needs the per-request marker (the harness runs in
+# the candidate's process); the others judge in a process that never loaded the candidate.
+MARKED_LANGUAGES = frozenset({"python", "cpp", "rust", "go"})
 ASSERT_MARKERS = (b"AssertionError", b"Assertion `", b"assertion `left == right` failed")
 
 
@@ -519,7 +522,7 @@ class Verifier:
     ) -> Verdict:
         # The marker is the first line of the program's stdin, never in a file, argv or the
         # environment; the harness's prelude takes it before any candidate code runs.
-        mark = secrets.token_hex(16) if harness else ""
+        mark = secrets.token_hex(16) if harness and lang.name in MARKED_LANGUAGES else ""
         program = compose_assert_program(lang, source, harness) if harness else source
         build, ce = self._build(lang, program, test=bool(harness))
         try:
