@@ -14,7 +14,7 @@ from rlx_controller.run_config import DatasetConfig
 from rlx_verifier import Verifier
 from rlx_verifier.config import JudgeConfig
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "math"
+DATA = Path(__file__).resolve().parents[1] / "testdata" / "math"
 
 
 @pytest.fixture(scope="module")

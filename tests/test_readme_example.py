@@ -14,7 +14,7 @@ from rlx_controller.run_config import check_run_inputs, loads_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN2 = ROOT / "packages" / "model" / "tests" / "testdata" / "qwen2"
-GSM8K = ROOT.parent / "shared" / "data" / "math" / "gsm8k_test.jsonl"
+GSM8K = ROOT / "testdata" / "math" / "gsm8k_test.jsonl"
 MARKER = "<!-- readme-example: gsm8k-qwen2.5 -->"
 
 

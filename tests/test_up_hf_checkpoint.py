@@ -42,7 +42,7 @@ from rlx_core.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN2 = ROOT / "packages" / "model" / "tests" / "testdata" / "qwen2"
-GSM8K = ROOT.parent / "shared" / "data" / "math" / "gsm8k_test.jsonl"
+GSM8K = ROOT / "testdata" / "math" / "gsm8k_test.jsonl"
 STOPS = [511, 509]  # <|im_end|>, <|endoftext|>
 STEPS = 4
 P, R = 128, 16  # GSM8K questions are 93-375 tokens with this 512-token vocabulary

@@ -1,5 +1,5 @@
 """Datasets as people have them: JSONL and Parquet files, chat-turn prompts, and gold answers
-written as GSM8K and MATH write them (the real test splits, from shared/data)."""
+written as GSM8K and MATH write them (the real test splits, from testdata/)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from rlx_controller.run_config import DatasetConfig, loads_run_config
 from rlx_core.errors import ConfigError
 from rlx_core.storage import open_storage
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "math"
+DATA = Path(__file__).resolve().parents[3] / "testdata" / "math"
 GSM8K = DATA / "gsm8k_test.jsonl"
 MATH500 = DATA / "math500_test.jsonl"
 

@@ -12,7 +12,7 @@ import pytest
 from rlx_verifier import Verifier
 from rlx_verifier.config import JudgeConfig
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "testdata"
 
 
 def load_jsonl(path: Path) -> list[dict]:
