@@ -25,7 +25,14 @@ import re
 from urllib.parse import unquote
 
 from rlx_core.errors import InvalidArgument
-from rlx_core.storage._base import COMMIT_MARKER, Storage, Transaction, check_key, join_uri
+from rlx_core.storage._base import (
+    COMMIT_MARKER,
+    TMP_PREFIX,
+    Storage,
+    Transaction,
+    check_key,
+    join_uri,
+)
 from rlx_core.storage._local import LocalStorage
 from rlx_core.storage._retry import DEFAULT_RETRY_S, RETRY_ENV, Retry
 
@@ -33,6 +40,7 @@ __all__ = [
     "COMMIT_MARKER",
     "DEFAULT_RETRY_S",
     "RETRY_ENV",
+    "TMP_PREFIX",
     "Retry",
     "Storage",
     "Transaction",
