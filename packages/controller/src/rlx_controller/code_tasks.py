@@ -15,6 +15,11 @@ A record is judged one of three ways (the dataset's config says which):
   checker, comparator and limits (the verifier fetches the tests; the controller never does);
 - assert style: `harness_field` holds code run after the program; AC iff it runs to its end.
 
+Every limit a record or a manifest gives (time, memory, tests) must be finite, positive and
+within the verifier's caps (the run's `verifier.judge`: `max_time_limit_s`, `max_memory_mb`,
+`max_tests`), and every link of a manifest a content link of its repository (`<repo>/blobs/
+<sha256>`, as the uploader writes them): what loads is what the verifier judges.
+
 A response without a program (no fenced block of the language, or an unclosed one: the
 response was cut off) is never sent to the verifier: it scores 0 as `NO_CODE`, with the reason.
 """
@@ -29,13 +34,15 @@ from typing import Any
 
 from rlx_controller.run_config import DatasetConfig
 from rlx_core.clients.verifier import InlineTest, SampleResult, TestLink, VerifySample
-from rlx_core.configs.verifier import LANGUAGES, canonical_language
+from rlx_core.configs.verifier import LANGUAGES, JudgeConfig, canonical_language
+from rlx_core.storage import join_uri
 
 __all__ = [
     "NO_CODE",
     "BadRecord",
     "CodeTask",
     "brief",
+    "check_limit",
     "code_task",
     "extract_program",
     "manifest_problems",
@@ -44,6 +51,7 @@ __all__ = [
 
 NO_CODE = "NO_CODE"  # the status of a response holding no program: score 0, never judged
 
+_DIGEST = re.compile(r"[0-9a-f]{64}")  # a blob's name in a test repository: its sha256
 # a fence line: three or more backticks (or tildes), then an info string (the language tag)
 _FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n`]*$")
 
@@ -164,6 +172,10 @@ def brief(value: Any) -> str:
 def _text(value: Any, what: str, field: str) -> str:
     if not isinstance(value, str):
         raise BadRecord(field, f"{what} must be a string, got {brief(value)}")
+    try:
+        value.encode()  # what a Verify request carries: JSON's "\ud800" is no UTF-8 text
+    except UnicodeEncodeError as e:
+        raise BadRecord(field, f"{what} is not Unicode text: {e.reason} at {e.start}") from None
     return value
 
 
@@ -208,35 +220,111 @@ def _inline(cfg: DatasetConfig, value: Any) -> tuple[InlineTest, ...]:
     )
 
 
-def _limit(cfg: DatasetConfig, record: Mapping[str, Any], field: str, default: float) -> float:
+def check_limit(value: Any, name: str, judge: JudgeConfig) -> float | int:
+    """`value` as the limit `name` ("time_limit_s", "memory_mb" or "tests"): a number, finite,
+    > 0 (a whole number for memory and tests) and within the verifier's cap on it; ValueError
+    saying what is allowed otherwise."""
+    cap, what = {
+        "time_limit_s": (judge.max_time_limit_s, "a number of CPU seconds"),
+        "memory_mb": (judge.max_memory_mb, "a whole number of MiB"),
+        "tests": (judge.max_tests, "a whole number of tests"),
+    }[name]
+    # (an int is compared as it is: a JSON integer of 400 digits does not fit a float)
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    if isinstance(value, float):
+        number = math.isfinite(value) and (name == "time_limit_s" or value.is_integer())
+    if not (number and 0 < value <= cap):
+        raise ValueError(
+            f"{name} = {brief(value)}: must be {what} > 0 and <= {cap:g} "
+            f"(verifier.judge.max_{name})"
+        )
+    return float(value) if name == "time_limit_s" else int(value)
+
+
+def _limit(
+    cfg: DatasetConfig, record: Mapping[str, Any], field: str, default: float, judge: JudgeConfig
+) -> float:
     """A row's own limit (its record field, when the config names one and the record has it,
     not null) or `default`."""
     name = getattr(cfg, field)
     value = record.get(name) if name else None
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadRecord(field, f"{name!r} must be a number, got {brief(value)}")
-    if value <= 0:
-        raise BadRecord(field, f"{name!r} must be > 0, got {value!r}")
-    return float(value)
+    try:
+        return check_limit(
+            value, "time_limit_s" if field == "time_limit_field" else "memory_mb", judge
+        )
+    except ValueError as e:
+        raise BadRecord(field, f"{name!r}: {e}") from None
 
 
-def manifest_problems(manifest: Mapping[str, Any], where: str) -> dict[str, Mapping[str, Any]]:
-    """{problem id: entry} of a manifest written by `rlx verifier upload`; ValueError naming
-    `where` when it is not one."""
+def _content_link(link: Any, blobs: str) -> bool:
+    """Whether `link` is a content link under `blobs` (`<repo>/blobs/`): `blobs` + a sha256."""
+    return (
+        isinstance(link, str)
+        and link.startswith(blobs)
+        and _DIGEST.fullmatch(link[len(blobs) :]) is not None
+    )
+
+
+def _problem(
+    p: Any, k: int, where: str, blobs: str, judge: JudgeConfig
+) -> tuple[str, Mapping[str, Any]]:
+    """(id, entry) of manifest problem `k`, its links and limits checked; ValueError naming
+    `where`, the problem, the field and the value."""
+    if not isinstance(p, Mapping):
+        raise ValueError(f"{where}: problem {k} is not an object: {brief(p)}")
+    pid = p.get("id", k)
+    if isinstance(pid, bool) or not isinstance(pid, (str, int)):
+        raise ValueError(
+            f"{where}: problem {k}: id must be a string or an integer, got {brief(pid)}"
+        )
+    at = f"{where}: problem {str(pid)!r}"
+    tests = p.get("tests")
+    if not isinstance(tests, list) or not all(
+        isinstance(t, Mapping) and "input" in t and "answer" in t for t in tests
+    ):
+        raise ValueError(f"{at} has no list of test links ({{input, answer}} each)")
+    try:
+        check_limit(len(tests), "tests", judge)
+        for name in ("time_limit_s", "memory_mb"):
+            if p.get(name) is not None:  # absent or null: the dataset's or the verifier's
+                check_limit(p[name], name, judge)
+    except ValueError as e:
+        raise ValueError(f"{at}: {e}") from None
+    links = [(f"tests[{i}].{x}", t[x]) for i, t in enumerate(tests) for x in ("input", "answer")]
+    if p.get("checker"):
+        links.append(("checker", p["checker"]))
+    for name, link in links:
+        if not _content_link(link, blobs):
+            raise ValueError(
+                f"{at}: {name} = {brief(link)} is not a content link of the manifest's "
+                f"repository ({blobs}<sha256>, as `rlx verifier upload` writes them)"
+            )
+    return str(pid), p
+
+
+def manifest_problems(
+    manifest: Mapping[str, Any], where: str, judge: JudgeConfig | None = None
+) -> dict[str, Mapping[str, Any]]:
+    """{problem id: entry} of a manifest written by `rlx verifier upload`, every problem's links
+    content links of the manifest's `repo` and its limits within `judge`'s caps (default: the
+    verifier's defaults); ValueError naming `where`, the problem, the field and the value."""
+    judge = judge or JudgeConfig()
     problems = manifest.get("problems") if isinstance(manifest, Mapping) else None
     if not isinstance(problems, list):
         raise ValueError(f"{where} is not a manifest of `rlx verifier upload` (no 'problems')")
+    repo = manifest.get("repo")
+    if not isinstance(repo, str) or not repo or ".." in repo.split("/"):
+        raise ValueError(
+            f"{where}: repo = {brief(repo)} is not the URI of a test repository (the manifest "
+            "of `rlx verifier upload` names the repository its links are in)"
+        )
+    blobs = join_uri(repo, "blobs") + "/"
     table: dict[str, Mapping[str, Any]] = {}
     for k, p in enumerate(problems):
-        tests = p.get("tests") if isinstance(p, Mapping) else None
-        if not isinstance(tests, list) or not all(
-            isinstance(t, Mapping) and isinstance(t.get("input"), str) and "answer" in t
-            for t in tests
-        ):
-            raise ValueError(f"{where}: problem {k} has no list of test links")
-        table[str(p.get("id", k))] = p
+        pid, entry = _problem(p, k, where, blobs, judge)
+        table[pid] = entry
     return table
 
 
@@ -244,9 +332,12 @@ def code_task(
     cfg: DatasetConfig,
     record: Mapping[str, Any],
     problems: Mapping[str, Mapping[str, Any]] | None = None,
+    judge: JudgeConfig | None = None,
 ) -> CodeTask:
     """How `record`'s programs are judged (`problems`: the dataset's manifest, when it has
-    one); BadRecord naming the config field when the record does not fit."""
+    one; `judge`: the verifier's caps, default its defaults); BadRecord naming the config field
+    when the record does not fit."""
+    judge = judge or JudgeConfig()
     name = cfg.language
     if cfg.language_field:
         name = _text(record[cfg.language_field], repr(cfg.language_field), "language_field")
@@ -260,8 +351,8 @@ def code_task(
         kind="stdio",
         language=language,
         program=cfg.program,
-        time_limit_s=_limit(cfg, record, "time_limit_field", cfg.time_limit_s),
-        memory_mb=int(_limit(cfg, record, "memory_field", cfg.memory_mb)),
+        time_limit_s=_limit(cfg, record, "time_limit_field", cfg.time_limit_s, judge),
+        memory_mb=int(_limit(cfg, record, "memory_field", cfg.memory_mb, judge)),
         partial_credit=cfg.partial_credit,
         comparator=cfg.comparator,
     )
@@ -284,8 +375,11 @@ def code_task(
                 f"{cfg.problem_field!r} = {pid!r} is not a problem of {cfg.tests_manifest}",
             )
         # a row's own limits win over its problem's, the problem's over the dataset's
-        t = _limit(cfg, record, "time_limit_field", 0.0) or float(entry.get("time_limit_s") or 0)
-        m = int(_limit(cfg, record, "memory_field", 0)) or int(entry.get("memory_mb") or 0)
+        # (the manifest's were checked when it was read)
+        t = _limit(cfg, record, "time_limit_field", 0.0, judge) or float(
+            entry.get("time_limit_s") or 0
+        )
+        m = int(_limit(cfg, record, "memory_field", 0, judge)) or int(entry.get("memory_mb") or 0)
         return replace(
             base,
             links=tuple(TestLink(str(x["input"]), str(x["answer"])) for x in entry["tests"]),
@@ -294,4 +388,9 @@ def code_task(
             time_limit_s=t or cfg.time_limit_s,
             memory_mb=m or cfg.memory_mb,
         )
-    return replace(base, tests=_inline(cfg, record[cfg.tests_field]))
+    tests = _inline(cfg, record[cfg.tests_field])
+    try:
+        check_limit(len(tests), "tests", judge)
+    except ValueError as e:
+        raise BadRecord("tests_field", f"{cfg.tests_field!r}: {e}") from None
+    return replace(base, tests=tests)

@@ -11,7 +11,15 @@ user turn) or its `prompt_field` put into the config's `template` (one user turn
 answer is `answer_field`, as is or extracted (`answer_format`: a GSM8K `#### N` or MATH's last
 `\\boxed{}`). `load_dataset` checks every record once; a bad record is a ConfigError naming the
 config field (`datasets[0].answer_field`), the file and the record: `file:LINE` (1-based) for
-JSONL, `file row N` (0-based, as in prompt ids) for Parquet.
+JSONL, `file row N` (0-based, as in prompt ids) for Parquet. A code dataset's limits (its
+own, each row's, its manifest's) and the manifest's links are checked against the run's
+verifier (rlx_controller.code_tasks), so a row that loads is a row the verifier judges.
+
+Reading is bounded: a file is read in pieces, a `.jsonl.gz` decompressed as a stream and
+refused past MAX_DECOMPRESSED_BYTES, a JSONL line longer than MAX_LINE_BYTES or a JSON value
+nested deeper than rlx_core.jsonlimits.MAX_JSON_DEPTH is refused by its line, and a Parquet file
+whose footer claims more than MAX_PARQUET_ROWS_PER_BYTE rows per byte of file is refused before
+any row is read; its rows are read in batches, their decoded size capped like a JSONL's.
 
 The pre-filter file (written by `rlx prefilter`) has one JSON object per line:
 `{"dataset": "math", "row": 17, "pass_rate": 0.375}`. A dataset that appears in it keeps only the
@@ -21,17 +29,28 @@ rows listed with min_pass_rate < pass_rate < max_pass_rate; a dataset absent fro
 from __future__ import annotations
 
 import gzip
-import json
+import io
+import re
 import string
-from collections.abc import Collection, Mapping, Sequence
+import zlib
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlx_controller.code_tasks import BadRecord, CodeTask, brief, code_task, manifest_problems
+from rlx_controller.code_tasks import (
+    BadRecord,
+    CodeTask,
+    brief,
+    check_limit,
+    code_task,
+    manifest_problems,
+)
 from rlx_controller.gold_answers import gold_answer
 from rlx_controller.mixture import MixtureSource
 from rlx_controller.run_config import DatasetConfig, PrefilterConfig, RunConfig, split_uri
+from rlx_core.configs.verifier import JudgeConfig
 from rlx_core.errors import ConfigError, InvalidArgument, RlxError
+from rlx_core.jsonlimits import loads_bounded
 from rlx_core.storage import open_storage
 
 __all__ = [
@@ -47,6 +66,15 @@ __all__ = [
 
 _ROLES = ("system", "user", "assistant", "tool")  # the roles a chat turn may have
 _GZIP_MAGIC = b"\x1f\x8b"
+
+# Bounds on reading a dataset file (module constants: a test may lower them). A real dataset
+# stays far inside each; a crafted file reaches one and is refused, naming the file and the cap.
+MAX_DECOMPRESSED_BYTES = 4 << 30  # a .jsonl.gz's decompressed size; a Parquet's decoded rows
+MAX_LINE_BYTES = 128 << 20  # one JSONL line (one record)
+MAX_PARQUET_ROWS_PER_BYTE = 8  # rows a Parquet footer may claim per byte of the file
+_PIECE = 16 << 20  # bytes decompressed (or sliced) at a time
+_PARQUET_BATCH = 1024  # Parquet rows decoded at a time
+_NONBLANK = re.compile(rb"\S")
 
 
 @dataclass(frozen=True)
@@ -72,27 +100,92 @@ def _read(uri: str) -> bytes:
     return open_storage(directory).get(name)
 
 
-def _jsonl(uri: str) -> tuple[list[dict[str, Any]], list[int]]:
-    """The JSON objects of a JSONL file (gzipped or not) and their 1-based line numbers."""
-    data = _read(uri)
-    if data.startswith(_GZIP_MAGIC):
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB"
+
+
+def _pieces(uri: str, data: bytes) -> Iterator[bytes]:
+    """`data` in pieces of at most _PIECE bytes, decompressed as a stream when it is gzipped;
+    InvalidArgument past MAX_DECOMPRESSED_BYTES."""
+    if not data.startswith(_GZIP_MAGIC):
+        for at in range(0, len(data), _PIECE):
+            yield data[at : at + _PIECE]
+        return
+    total = 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            while piece := f.read(_PIECE):
+                total += len(piece)
+                if total > MAX_DECOMPRESSED_BYTES:
+                    raise InvalidArgument(
+                        f"{uri}: decompresses to more than {_mib(MAX_DECOMPRESSED_BYTES)} (the "
+                        "cap on a dataset file's decompressed size): refused"
+                    )
+                yield piece
+    except (OSError, EOFError, zlib.error) as e:
+        raise InvalidArgument(f"{uri}: not a gzip file: {e}") from None
+
+
+def _too_long(uri: str, number: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"{uri}:{number}: the line is longer than {_mib(MAX_LINE_BYTES)} (the cap on one "
+        "JSONL record): refused"
+    )
+
+
+def _block_records(uri: str, block: bytes, number: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, JSON object) per non-blank line of `block`, whose first line is `number`.
+    Blank lines are skipped by searches over the block, never one at a time."""
+    at = 0  # `number` is the line holding block[at]
+    while (m := _NONBLANK.search(block, at)) is not None:
+        start = block.rfind(b"\n", at, m.start()) + 1 or at
+        number += block.count(b"\n", at, start)
+        end = block.find(b"\n", m.start())
+        end = len(block) if end < 0 else end
+        if end - start > MAX_LINE_BYTES:
+            raise _too_long(uri, number)
+        line = block[start:end]
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise InvalidArgument(f"{uri}: not a gzip file: {e}") from None
-    records: list[dict[str, Any]] = []
-    lines: list[int] = []
-    # bytes, not str, lines: JSON strings may hold U+2028, which str.splitlines splits at
-    for number, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+            record = loads_bounded(line)
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, too deep
             raise InvalidArgument(f"{uri}:{number}: not a JSON object: {e}") from None
         if not isinstance(record, dict):
             got = line[:60].decode("utf-8", errors="replace")
             raise InvalidArgument(f"{uri}:{number}: expected a JSON object, got {got!r}")
+        yield number, record
+        at = end
+
+
+def _json_lines(uri: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line number, JSON object) per non-blank line of a JSONL file (gzipped or not),
+    read piece by piece: no more than one line and one piece is held besides the file.
+
+    Lines end at b"\n" only: a JSON string may hold U+2028, which str.splitlines splits at."""
+    data = _read(uri)
+    number = 1  # the line the next block starts with
+    pending: list[bytes] = []  # the start of a line that runs past the pieces read so far
+    pending_len = 0
+    for piece in _pieces(uri, data):
+        last = piece.rfind(b"\n")
+        if last < 0:
+            pending.append(piece)
+            pending_len += len(piece)
+            if pending_len > MAX_LINE_BYTES:
+                raise _too_long(uri, number)
+            continue
+        block = b"".join((*pending, piece[: last + 1])) if pending else piece[: last + 1]
+        pending, pending_len = [piece[last + 1 :]], len(piece) - last - 1
+        yield from _block_records(uri, block, number)
+        number += block.count(b"\n")
+    if pending_len:
+        yield from _block_records(uri, b"".join(pending), number)
+
+
+def _jsonl(uri: str) -> tuple[list[dict[str, Any]], list[int]]:
+    """The JSON objects of a JSONL file (gzipped or not) and their 1-based line numbers."""
+    records: list[dict[str, Any]] = []
+    lines: list[int] = []
+    for number, record in _json_lines(uri):
         records.append(record)
         lines.append(number)
     return records, lines
@@ -100,15 +193,16 @@ def _jsonl(uri: str) -> tuple[list[dict[str, Any]], list[int]]:
 
 def read_jsonl(uri: str) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL file (path or URI; gzipped or not); blank lines are skipped
-    but counted in error messages' line numbers."""
+    but counted in error messages' line numbers. Bounded as the module says."""
     return _jsonl(uri)[0]
 
 
-def _parquet(
+def _parquet_rows(
     uri: str, columns: Collection[str] | None
-) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+) -> tuple[Iterator[dict[str, Any]], tuple[str, ...]]:
     """The rows of a Parquet file as dicts holding those of `columns` the file has (None: all),
-    and all the file's column names."""
+    decoded a batch at a time, and all the file's column names. A footer claiming more rows
+    than the file could hold is refused before any is read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -116,17 +210,49 @@ def _parquet(
     try:
         file = pq.ParquetFile(pa.BufferReader(data))
         names = tuple(file.schema_arrow.names)
-        wanted = [n for n in names if columns is None or n in columns]
-        if not wanted:  # none of the columns asked for: rows without fields, to report on
-            return [{} for _ in range(file.metadata.num_rows)], names
-        return file.read(columns=wanted).to_pylist(), names
+        claimed = file.metadata.num_rows
     except (pa.ArrowException, OSError, ValueError) as e:
         raise InvalidArgument(f"{uri}: not a readable Parquet file: {e}") from None
+    most = MAX_PARQUET_ROWS_PER_BYTE * len(data)
+    if not 0 <= claimed <= most:
+        raise InvalidArgument(
+            f"{uri}: the footer claims {claimed} rows in {len(data)} bytes (at most "
+            f"{MAX_PARQUET_ROWS_PER_BYTE} rows per byte of file): not a readable Parquet file"
+        )
+    wanted = [n for n in names if columns is None or n in columns]
+
+    def rows() -> Iterator[dict[str, Any]]:
+        if not wanted:  # none of the columns asked for: rows without fields, to report on
+            yield from ({} for _ in range(claimed))
+            return
+        decoded = seen = 0
+        try:
+            for batch in file.iter_batches(batch_size=_PARQUET_BATCH, columns=wanted):
+                decoded += batch.nbytes
+                seen += batch.num_rows
+                if decoded > MAX_DECOMPRESSED_BYTES or seen > claimed:
+                    raise InvalidArgument(
+                        f"{uri}: decodes to more than {_mib(MAX_DECOMPRESSED_BYTES)} or more "
+                        f"than the {claimed} rows its footer claims: refused"
+                    )
+                yield from batch.to_pylist()
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise InvalidArgument(f"{uri}: not a readable Parquet file: {e}") from None
+
+    return rows(), names
+
+
+def _parquet(
+    uri: str, columns: Collection[str] | None
+) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    rows, names = _parquet_rows(uri, columns)
+    return list(rows), names
 
 
 def read_parquet(uri: str, columns: Collection[str] | None = None) -> list[dict[str, Any]]:
     """The rows of a Parquet file (path or URI) as dicts of those of `columns` it has (None:
-    all); nested columns come as Python lists and dicts (a list of structs: a list of dicts)."""
+    all); nested columns come as Python lists and dicts (a list of structs: a list of dicts).
+    Bounded as the module says."""
     return _parquet(uri, columns)[0]
 
 
@@ -191,9 +317,10 @@ def _prompt(
     row: int,
     record: Mapping[str, Any],
     problems: Mapping[str, Mapping[str, Any]] | None = None,
+    judge: JudgeConfig | None = None,
 ) -> Prompt:
-    """The prompt of `record` (`problems`: a code dataset's manifest); BadRecord when it does
-    not fit the config."""
+    """The prompt of `record` (`problems`: a code dataset's manifest; `judge`: the verifier's
+    caps); BadRecord when it does not fit the config."""
     messages: tuple[dict[str, str], ...]
     if cfg.messages_field:
         messages = _turns(record[cfg.messages_field], cfg.messages_field)
@@ -214,7 +341,7 @@ def _prompt(
     if cfg.system_prompt and all(t["role"] != "system" for t in messages):
         messages = ({"role": "system", "content": cfg.system_prompt}, *messages)
     answer = _answer(cfg, record[cfg.answer_field]) if cfg.reward == "math" else None
-    code = code_task(cfg, record, problems) if cfg.reward == "code" else None
+    code = code_task(cfg, record, problems, judge) if cfg.reward == "code" else None
     return Prompt(
         id=f"{cfg.name}/{row}",
         dataset=cfg.name,
@@ -237,11 +364,14 @@ class Dataset:
         config: DatasetConfig,
         records: Sequence[Mapping[str, Any]],
         problems: Mapping[str, Mapping[str, Any]] | None = None,
+        judge: JudgeConfig | None = None,
     ) -> None:
-        """`problems`: {problem id: manifest entry} of a code dataset's `tests_manifest`."""
+        """`problems`: {problem id: manifest entry} of a code dataset's `tests_manifest`;
+        `judge`: the verifier's caps its limits were checked against."""
         self.config = config
         self.records = list(records)
         self.problems = problems
+        self.judge = judge
 
     @property
     def name(self) -> str:
@@ -253,7 +383,7 @@ class Dataset:
     def prompt(self, row: int) -> Prompt:
         """The prompt of record `row` (0-based among the file's records)."""
         try:
-            return _prompt(self.config, row, self.records[row], self.problems)
+            return _prompt(self.config, row, self.records[row], self.problems, self.judge)
         except BadRecord as e:
             raise ConfigError(f"{self.config.path} row {row}: {e.message}", field=e.field) from None
 
@@ -287,63 +417,106 @@ def _optional(cfg: DatasetConfig) -> tuple[str, ...]:
     return tuple(n for n in (cfg.time_limit_field, cfg.memory_field) if n)
 
 
-def load_dataset(cfg: DatasetConfig, *, field_path: str = "datasets") -> Dataset:
+def _check_limits(cfg: DatasetConfig, field_path: str, judge: JudgeConfig) -> None:
+    """A code dataset's own limits (0: the problem's or the verifier's) within the caps."""
+    for name in ("time_limit_s", "memory_mb"):
+        value = getattr(cfg, name)
+        if cfg.reward == "code" and value:
+            try:
+                check_limit(value, name, judge)
+            except ValueError as e:
+                raise ConfigError(str(e), field=f"{field_path}.{name}", value=value) from None
+
+
+def load_dataset(
+    cfg: DatasetConfig, *, field_path: str = "datasets", judge: JudgeConfig | None = None
+) -> Dataset:
     """Read and check a dataset: every record has the fields the config names (not null), a
     string prompt or well-formed chat turns, and a gold answer (math; extracted as
-    `answer_format` says) or tests (code). Errors are ConfigErrors naming
+    `answer_format` says) or tests (code) whose limits and links the verifier accepts (`judge`:
+    the run's `verifier.judge`; default the verifier's defaults). Errors are ConfigErrors naming
     `<field_path>.<config field>`, the file and the record. The records keep only the fields
-    the config uses (a Parquet file is read for those columns only)."""
+    the config uses (a Parquet file is read for those columns only). Reading is bounded (see
+    the module): a file past a bound is a ConfigError naming the file and the bound."""
+    judge = judge or JudgeConfig()
     needed = _needed(cfg)
-    lines: list[int] | None = None
+    keep = (*needed, *_optional(cfg))
+    _check_limits(cfg, field_path, judge)
+    problems = (
+        _manifest(cfg, field_path, judge) if cfg.reward == "code" and cfg.tests_manifest else None
+    )
     columns: tuple[str, ...] | None = None
+    rows: Iterator[tuple[int | None, dict[str, Any]]]
     try:
         if cfg.file_format == "parquet":
-            records, columns = _parquet(cfg.path, needed)
+            parquet, columns = _parquet_rows(cfg.path, needed)
+            rows = ((None, r) for r in parquet)
         else:
-            records, lines = _jsonl(cfg.path)
+            rows = ((n, r) for n, r in _json_lines(cfg.path))
+        records: list[dict[str, Any]] = []
+        for number, record in rows:
+            i = len(records)
+            where = f"{cfg.path}:{number}" if number is not None else f"{cfg.path} row {i}"
+            _check_record(cfg, field_path, needed, columns, where, i, record, problems, judge)
+            trimmed = {n: record[n] for n in keep if n in record}
+            records.append(trimmed if len(trimmed) < len(record) else record)
     except InvalidArgument as e:
+        if isinstance(e, ConfigError):
+            raise
         raise ConfigError(str(e), field=f"{field_path}.path", value=cfg.path) from None
     if not records:
         raise ConfigError(f"{cfg.path} holds no records", field=f"{field_path}.path")
-    problems = _manifest(cfg, field_path) if cfg.reward == "code" and cfg.tests_manifest else None
-    for i, record in enumerate(records):
-        where = f"{cfg.path}:{lines[i]}" if lines is not None else f"{cfg.path} row {i}"
-        absent = [n for n in needed if n not in record]
-        if absent:
-            has = columns if columns is not None else tuple(sorted(record))
-            raise ConfigError(
-                f"{where}: the record has no field {', '.join(map(repr, absent))} "
-                f"(it has {', '.join(map(repr, has)) or 'none'})",
-                field=f"{field_path}.{needed[absent[0]]}",
-                value=absent[0],
-            )
-        null = [n for n in needed if record[n] is None]
-        if null:
-            raise ConfigError(
-                f"{where}: field {null[0]!r} is null",
-                field=f"{field_path}.{needed[null[0]]}",
-                value=null[0],
-            )
-        try:
-            _prompt(cfg, i, record, problems)
-        except BadRecord as e:
-            raise ConfigError(f"{where}: {e.message}", field=f"{field_path}.{e.field}") from None
-        if len(record) > len(needed):
-            records[i] = {n: record[n] for n in (*needed, *_optional(cfg)) if n in record}
-    return Dataset(cfg, records, problems)
+    return Dataset(cfg, records, problems, judge)
 
 
-def _manifest(cfg: DatasetConfig, field_path: str) -> dict[str, Mapping[str, Any]]:
-    """The problems of a code dataset's `tests_manifest`, read once at start."""
+def _check_record(
+    cfg: DatasetConfig,
+    field_path: str,
+    needed: Mapping[str, str],
+    columns: tuple[str, ...] | None,
+    where: str,
+    i: int,
+    record: Mapping[str, Any],
+    problems: Mapping[str, Mapping[str, Any]] | None,
+    judge: JudgeConfig,
+) -> None:
+    """ConfigError naming `where` unless `record` (row `i`) makes a prompt."""
+    absent = [n for n in needed if n not in record]
+    if absent:
+        has = columns if columns is not None else tuple(sorted(record))
+        raise ConfigError(
+            f"{where}: the record has no field {', '.join(map(repr, absent))} "
+            f"(it has {', '.join(map(repr, has)) or 'none'})",
+            field=f"{field_path}.{needed[absent[0]]}",
+            value=absent[0],
+        )
+    null = [n for n in needed if record[n] is None]
+    if null:
+        raise ConfigError(
+            f"{where}: field {null[0]!r} is null",
+            field=f"{field_path}.{needed[null[0]]}",
+            value=null[0],
+        )
+    try:
+        _prompt(cfg, i, record, problems, judge)
+    except BadRecord as e:
+        raise ConfigError(f"{where}: {e.message}", field=f"{field_path}.{e.field}") from None
+
+
+def _manifest(
+    cfg: DatasetConfig, field_path: str, judge: JudgeConfig
+) -> dict[str, Mapping[str, Any]]:
+    """The problems of a code dataset's `tests_manifest`, read once at start (its nesting
+    bounded, its links and limits checked)."""
     field = f"{field_path}.tests_manifest"
     try:
-        manifest = json.loads(_read(cfg.tests_manifest))
+        manifest = loads_bounded(_read(cfg.tests_manifest))
     except RlxError as e:  # not found, unreadable
         raise ConfigError(str(e), field=field, value=cfg.tests_manifest) from None
     except ValueError as e:
         raise ConfigError(f"{cfg.tests_manifest}: not JSON: {e}", field=field) from None
     try:
-        return manifest_problems(manifest, cfg.tests_manifest)
+        return manifest_problems(manifest, cfg.tests_manifest, judge)
     except ValueError as e:
         raise ConfigError(str(e), field=field, value=cfg.tests_manifest) from None
 

@@ -37,11 +37,11 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlx_controller.code_tasks import NO_CODE, no_code_result
+from rlx_controller.code_tasks import NO_CODE
 from rlx_controller.datasets import Dataset, Prompt, load_dataset, load_prefilter, mixture_sources
 from rlx_controller.evaluation import EvalSample, evaluate_version, metric_fields
 from rlx_controller.lease import Lease
@@ -67,7 +67,8 @@ from rlx_controller.schedule import (
     refill_count,
     select_groups,
 )
-from rlx_controller.services import RunServices, kill_stale_services
+from rlx_controller.scoring import score_responses
+from rlx_controller.services import RunServices, clean_up_previous
 from rlx_controller.snapshot import Snapshot, SnapshotStore
 from rlx_core.clients import (
     InferenceClient,
@@ -229,6 +230,10 @@ def _judge_metrics(groups: Sequence[RolloutGroup], records: Sequence[RolloutUnit
         for name, values in sorted(rewards.items())
     }
     out["verdicts"] = dict(sorted(verdicts.items()))
+    # samples the verifier refused (ERROR), in every unit of the batch, trained on or not
+    out["verifier_errors"] = sum(
+        s.status == "ERROR" for r in records for g in r.groups for s in g.samples
+    )
     if judged:
         for name, total in zip(("compile_s", "run_s", "check_s"), costs, strict=True):
             out[f"verifier/{name}"] = float(total / judged)
@@ -394,7 +399,8 @@ class Driver:
         # the work; a chat template's date (strftime_now) is the run's first start, so a resume
         # renders what the run it continues rendered
         self.tokenizer = _run_tokenizer(cfg, self.storage)
-        self.datasets: dict[str, Dataset] = {d.name: load_dataset(d) for d in cfg.datasets}
+        judge = cfg.verifier.judge  # every limit and link checked against the verifier's caps
+        self.datasets = {d.name: load_dataset(d, judge=judge) for d in cfg.datasets}
         self.prompt_ids = PromptIds(self.tokenizer, self.datasets, max_tokens=self.P, log=log)
         pre = load_prefilter(cfg.prefilter.file) if cfg.prefilter.file else None
         sources = _fitting_sources(
@@ -402,7 +408,9 @@ class Driver:
         )
         self.mixture = PromptMixture(sources, seed=cfg.seed)
         self.schedule = Schedule.from_config(cfg, self.mixture)
-        self.eval_sets = [load_dataset(d, field_path="eval.datasets") for d in cfg.eval.datasets]
+        self.eval_sets = [
+            load_dataset(d, field_path="eval.datasets", judge=judge) for d in cfg.eval.datasets
+        ]
         self.eval_ids = PromptIds(
             self.tokenizer,
             {d.name: d for d in self.eval_sets},
@@ -454,7 +462,7 @@ class Driver:
         else:
             token = self.work_dir / "token"
             create_token_file(token)  # a fresh token for every start
-            kill_stale_services(self.work_dir, self.log)
+            clean_up_previous(self.paths, self.log)
             self.services = RunServices(self.cfg, self.paths, token)
         self.progress.phase = "starting services"
         shown: dict[str, float] = {}
@@ -572,34 +580,9 @@ class Driver:
     def _verify_rollouts(
         self, unit_id: str, prompts: Sequence[Prompt], texts: Sequence[str], key: int
     ) -> list[SampleResult]:
-        """The verdict on every response of a unit: texts[i * G + g] answers prompts[i]. A
-        math prompt's response is compared with its gold answer; a code prompt's program (its
-        dataset's `program` rule) is run against its tests in the verifier's sandbox, and a
-        response without one scores 0 as NO_CODE without reaching the verifier."""
-        G = len(texts) // len(prompts)
-        results: list[SampleResult | None] = []
-        samples: list[VerifySample] = []
-        slots: list[int] = []
-        for i, p in enumerate(prompts):
-            for g in range(G):
-                sample_id, text = f"{unit_id}/{i}/{g}", texts[i * G + g]
-                if p.code is None:
-                    sample: VerifySample | None = VerifySample.math(
-                        sample_id, text, p.answer or "", extractor=p.math_extractor
-                    )
-                else:
-                    sample = p.code.sample(sample_id, text)
-                if sample is None:
-                    assert p.code is not None
-                    results.append(no_code_result(sample_id, p.code.language, p.code.program))
-                    continue
-                slots.append(len(results))
-                results.append(None)
-                samples.append(sample)
-        if samples:
-            for k, verdict in zip(slots, self._verify(samples, key), strict=True):
-                results[k] = verdict
-        return cast(list[SampleResult], results)  # every slot is filled now
+        """The verdict on every response of a unit (rlx_controller.scoring): texts[i * G + g]
+        answers prompts[i]; a sample the verifier refuses is an ERROR verdict, logged."""
+        return score_responses(unit_id, prompts, texts, lambda s: self._verify(s, key), self.log)
 
     def _verify(self, samples: list[VerifySample], key: int) -> list[Any]:
         i = key % len(self.verifiers)
@@ -1231,6 +1214,9 @@ class Driver:
                 p.staleness[info["staleness"]] = p.staleness.get(info["staleness"], 0) + 1
                 totals["steps"] = new
                 totals["excluded"] = totals.get("excluded", 0) + info["excluded"]
+                totals["verifier_errors"] = (
+                    totals.get("verifier_errors", 0) + info["metrics"]["verifier_errors"]
+                )
                 totals["dropped_stale"] = totals.get("dropped_stale", 0) + info["dropped_stale"]
                 record = {
                     "step": new,
