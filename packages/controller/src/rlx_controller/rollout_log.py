@@ -12,13 +12,24 @@ logged before the change resumes; only RLXROLL2 is written.
 
 A record that fails its check (torn by a crash on a filesystem without atomic rename, truncated
 or edited by hand) reads as missing: it is reported in `torn`, and the unit is regenerated and
-written again. Appending a unit that is already logged with a valid record is a no-op that
-returns the logged record (idempotent by unit id), so a resumed run reuses what was logged and
-regenerates only what was lost.
+written again. So does one whose checksum holds but whose content is not what rlx writes (a
+work unit that is not one, a non-integer or negative batch, version, count or token id, groups
+or samples that do not match the unit's prompts and seeds, nesting where a value belongs): the
+reader checks every field after the checksum, logs one line naming the file and the field, and
+`read` (what `rlx rollouts show` uses) raises Corrupt with that line instead. Regenerating loses
+nothing and keeps resume exact: a unit's rollouts are a pure function of the schedule and the
+weights, so the unit is generated again exactly as its genuine record held it. Appending a unit
+that is already logged with a valid record is a no-op that returns the logged record
+(idempotent by unit id), so a resumed run reuses what was logged and regenerates only what was
+lost.
+
+Temporaries of interrupted writes (`.rlx-tmp-*`) are never read: the storage's listing skips
+them, and a starting controller deletes them (rlx_controller.rundir.sweep_temporaries).
 
     log = RolloutLog(open_storage(run_dir))
     stored = log.append(record)         # a RolloutUnit; its unit_id names the record
     log.get("b00000012.r0.u0000")      # the RolloutUnit, or None when missing or torn
+    log.read("b00000012.r0.u0000")     # the same, but Corrupt naming a record rlx did not write
     log.scan()                         # LogScan(valid=[...], torn=[...])
 """
 
@@ -28,6 +39,7 @@ import base64
 import hashlib
 import json
 import logging
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +51,7 @@ from rlx_core.errors import AlreadyExists, Corrupt, InvalidArgument, NotFound, R
 from rlx_core.rollout import RolloutGroup, RolloutSample, RolloutUnit
 from rlx_core.storage import Storage
 
-__all__ = ["LogScan", "RolloutLog", "decode_record", "encode_record"]
+__all__ = ["BadRecord", "LogScan", "RolloutLog", "check_record", "decode_record", "encode_record"]
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +85,38 @@ def _checked(data: bytes) -> tuple[bytes, bytes] | None:
     return parts[0], body
 
 
+class BadRecord(Exception):
+    """A record whose checksum holds but whose content is not what rlx writes."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
 def decode_record(data: bytes) -> RolloutUnit | None:
-    """The record in `data` (either format), or None when it is torn, truncated or altered."""
+    """The record in `data` (either format), or None when it is torn, truncated or altered
+    (its checksum fails, or its content is not a record rlx writes)."""
+    try:
+        return _decode(data)
+    except BadRecord:
+        return None
+
+
+def _decode(data: bytes) -> RolloutUnit | None:
+    """The record in `data`; None when its frame fails its check (torn), BadRecord naming the
+    field when the frame checks but the content is not a record rlx writes."""
     checked = _checked(data)
     if checked is None:
         return None
     magic, body = checked
     try:
-        if magic == _MAGIC:
-            return RolloutUnit.from_bytes(body)
-        return _from_json(json.loads(body))
-    except (Corrupt, ValueError):
-        return None
+        record = RolloutUnit.from_bytes(body) if magic == _MAGIC else _from_json(json.loads(body))
+    except RecursionError:
+        raise BadRecord("unit", "nested deeper than a work unit is") from None
+    except (Corrupt, ValueError) as e:
+        raise BadRecord("payload", _short(str(e), 200)) from None
+    check_record(record, ints=magic == _MAGIC)
+    return record
 
 
 def _from_json(payload: Any) -> RolloutUnit:
@@ -136,6 +168,140 @@ def _sample_from_json(s: dict[str, Any]) -> RolloutSample:
     )
 
 
+# --- what a record may hold ----------------------------------------------------------------------
+
+_INT64 = 2**63  # versions, counts and seeds are int64 fields (seeds are 63-bit, never negative)
+_UNIT_KEYS = ("unit_id", "batch", "round", "index", "version", "prompts", "seeds", "first_slot")
+_PROMPT_KEYS = ("dataset", "row", "epoch")
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _shown(value: Any) -> str:
+    """A value for an error line: scalars quoted (cut short), containers by kind only (a hostile
+    one may be nested too deeply to print)."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return _short(repr(value))
+
+
+def _count(field: str, value: Any, top: int = _INT64) -> int:
+    """`value` when it is an integer in [0, top), else BadRecord naming `field`."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < top:
+        raise BadRecord(field, f"expected an integer in [0, {top}), got {_shown(value)}")
+    return value
+
+
+def _seconds(field: str, value: Any) -> None:
+    if not isinstance(value, float | int) or not math.isfinite(value) or value < 0:
+        raise BadRecord(field, f"expected a finite number of seconds >= 0, got {_shown(value)}")
+
+
+def _list(field: str, value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise BadRecord(field, f"expected a list, got {_shown(value)}")
+    return value
+
+
+def _object(field: str, value: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """`value` when it is an object with exactly `keys`, else BadRecord naming `field` or the
+    first missing or unknown key."""
+    if not isinstance(value, dict):
+        raise BadRecord(field, f"expected an object, got {_shown(value)}")
+    for key in keys:
+        if key not in value:
+            raise BadRecord(f"{field}.{key}", "missing")
+    for key in value:
+        if key not in keys:
+            raise BadRecord(f"{field}.{_short(str(key))}", "not a field of it")
+    return value
+
+
+def _check_unit(unit: Any) -> tuple[list[str], list[int]]:
+    """The prompt ids ("<dataset>/<row>") and group sizes of a work unit as
+    rlx_controller.schedule.WorkUnit.to_dict() writes it; BadRecord naming the first field that
+    is not."""
+    _object("unit", unit, _UNIT_KEYS)
+    if not isinstance(unit["unit_id"], str) or not _UNIT_ID.match(unit["unit_id"]):
+        raise BadRecord("unit.unit_id", f"not a work-unit id: {_shown(unit['unit_id'])}")
+    for key in ("batch", "round", "index", "version", "first_slot"):
+        _count(f"unit.{key}", unit[key])
+    prompts = _list("unit.prompts", unit["prompts"])
+    seeds = _list("unit.seeds", unit["seeds"])
+    if not prompts or len(seeds) != len(prompts):
+        raise BadRecord(
+            "unit.seeds", f"{len(seeds)} seed lists for {len(prompts)} prompts (one each, >= 1)"
+        )
+    ids = []
+    for p, ref in enumerate(prompts):
+        where = f"unit.prompts[{p}]"
+        _object(where, ref, _PROMPT_KEYS)
+        if not isinstance(ref["dataset"], str) or not ref["dataset"]:
+            raise BadRecord(f"{where}.dataset", f"expected a dataset name, got {_shown(ref)}")
+        _count(f"{where}.row", ref["row"])
+        _count(f"{where}.epoch", ref["epoch"])
+        ids.append(f"{ref['dataset']}/{ref['row']}")
+    sizes = []
+    for p, group in enumerate(seeds):
+        if not _list(f"unit.seeds[{p}]", group):
+            raise BadRecord(f"unit.seeds[{p}]", "no seeds (a group has >= 1 sample)")
+        for g, seed in enumerate(group):
+            _count(f"unit.seeds[{p}][{g}]", seed)
+        sizes.append(len(group))
+    return ids, sizes
+
+
+def _ids(field: str, ids: tuple[Any, ...], ints: bool) -> None:
+    """Token ids: integers >= 0 (protobuf's int32 admits negative ones, RLXROLL1's JSON any
+    value). `ints`: they are known to be ints (protobuf), so their minimum tells."""
+    if not ids or (ints and min(ids) >= 0):
+        return
+    for i, x in enumerate(ids):
+        if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+            raise BadRecord(f"{field}[{i}]", f"expected a token id >= 0, got {_shown(x)}")
+
+
+def check_record(record: RolloutUnit, *, ints: bool = False) -> None:
+    """BadRecord naming the first field of `record` that is not what rlx writes: its work unit
+    (`_check_unit`), its version and counts (integers >= 0), one group per prompt of the unit
+    (that prompt's id, non-negative token ids) holding one sample per seed, each with
+    non-negative token ids, a finite reward or none, and judgement counts and times >= 0.
+    `ints`: its token ids are known to be ints (decoded from protobuf)."""
+    prompts, sizes = _check_unit(record.unit)
+    _count("version", record.version)
+    _count("generated_tokens", record.generated_tokens)
+    _seconds("verify_s", record.verify_s)
+    if len(record.groups) != len(prompts):
+        raise BadRecord("groups", f"{len(record.groups)} groups for {len(prompts)} prompts")
+    for p, group in enumerate(record.groups):
+        where = f"groups[{p}]"
+        if group.prompt != prompts[p]:
+            raise BadRecord(
+                f"{where}.prompt", f"{_shown(group.prompt)} for the unit's prompt {prompts[p]!r}"
+            )
+        _ids(f"{where}.prompt_ids", group.prompt_ids, ints)
+        if len(group.samples) != sizes[p]:
+            raise BadRecord(
+                f"{where}.samples", f"{len(group.samples)} samples for {sizes[p]} seeds"
+            )
+        for g, sample in enumerate(group.samples):
+            at = f"{where}.samples[{g}]"
+            _ids(f"{at}.token_ids", sample.tokens, ints)
+            if sample.reward is not None and not math.isfinite(sample.reward):
+                raise BadRecord(f"{at}.reward", f"not a finite number: {sample.reward}")
+            j = sample.judgement
+            _count(f"{at}.judgement.tests_total", j.tests_total)
+            _count(f"{at}.judgement.tests_passed", j.tests_passed, j.tests_total + 1)
+            if j.first_failed is not None:
+                _count(f"{at}.judgement.first_failed", j.first_failed, max(j.tests_total, 1))
+            for key in ("compile_s", "run_s", "check_s"):
+                _seconds(f"{at}.judgement.{key}", getattr(j, key))
+
+
 @dataclass(frozen=True)
 class LogScan:
     """What the log holds: unit ids of valid records, and of records that failed their check."""
@@ -160,6 +326,8 @@ class RolloutLog:
         self.storage = storage
         self.prefix = prefix.strip("/")
         self.torn: set[str] = set()  # unit ids found torn since this object was made
+        # of those, the ones whose checksum held around content rlx does not write: why
+        self.bad: dict[str, str] = {}
         # unit ids with a record: one listing, then kept up to date by append (the controller
         # is the log's only writer), so a snapshot's position costs no listing of a long log
         self._ids: set[str] | None = None
@@ -171,27 +339,51 @@ class RolloutLog:
         return f"{self.prefix}/{unit_id}{_SUFFIX}"
 
     def _read(self, unit_id: str) -> tuple[bool, RolloutUnit | None]:
-        """(present, record): present but record None means torn."""
+        """(present, record): present but record None means torn (or not rlx's: `bad`)."""
+        key = self._key(unit_id)
         try:
-            data = self.storage.get(self._key(unit_id))
+            data = self.storage.get(key)
         except NotFound:
             return False, None
-        record = decode_record(data)
-        if record is not None and record.unit_id != unit_id:
-            record = None  # a record copied under another unit's name
-        if record is None:
-            if unit_id not in self.torn:
+        try:
+            record = _decode(data)
+            if record is not None and record.unit_id != unit_id:
+                raise BadRecord("unit.unit_id", f"{record.unit_id!r}, filed as {unit_id!r}")
+        except BadRecord as e:
+            record = None
+            if unit_id not in self.bad:
+                self.bad[unit_id] = f"{self.storage.key_uri(key)}: {e}"
+                log.warning(
+                    "rollout log: %s (its checksum holds, its content is not a record rlx "
+                    "writes); the unit will be regenerated",
+                    self.bad[unit_id],
+                )
+        else:
+            if record is None and unit_id not in self.torn:
                 log.warning(
                     "rollout log: %s is torn or corrupt (%d bytes); the unit will be regenerated",
-                    self.storage.key_uri(self._key(unit_id)),
+                    self.storage.key_uri(key),
                     len(data),
                 )
+        if record is None:
             self.torn.add(unit_id)
         return True, record
 
     def get(self, unit_id: str) -> RolloutUnit | None:
         """The logged record of `unit_id`, or None if it is not logged or its record is torn."""
         return self._read(unit_id)[1]
+
+    def read(self, unit_id: str) -> RolloutUnit | None:
+        """`get` for readers that show the log: None when missing or torn, Corrupt naming the
+        file and the field when the record's checksum holds but its content is not what rlx
+        writes (`rlx rollouts show` says so instead of showing it)."""
+        record = self.get(unit_id)
+        if record is None and unit_id in self.bad:
+            raise Corrupt(
+                f"{self.bad[unit_id]} (its checksum holds: not a record rlx writes; delete it "
+                "and `rlx resume` regenerates the unit)"
+            )
+        return record
 
     def contains(self, unit_id: str) -> bool:
         """Whether `unit_id` has a valid record."""
@@ -224,6 +416,7 @@ class RolloutLog:
         if present:
             log.warning("rollout log: rewrote torn record %s", unit_id)
             self.torn.discard(unit_id)
+            self.bad.pop(unit_id, None)
         return record
 
     def append_strict(self, record: RolloutUnit) -> RolloutUnit:
