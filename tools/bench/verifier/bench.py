@@ -35,7 +35,7 @@ from pathlib import Path
 from rlx_verifier import Verifier
 from rlx_verifier.config import JudgeConfig
 from rlx_verifier.languages import PYTHON
-from rlx_verifier.sandbox import _ForkServer
+from rlx_verifier.sandbox import _filter_fd, _ForkServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import uptime
@@ -167,10 +167,10 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     call = _ForkServer.call
 
     def traced(
-        self: _ForkServer, request: dict[str, object], fds: list[int], timeout: float
+        self: _ForkServer, request: dict[str, object], fds: list[int], *rest: object
     ) -> dict[str, object]:
         sent = time.monotonic()
-        reply = call(self, request, fds, timeout)
+        reply = call(self, request, fds, *rest)  # type: ignore[arg-type]
         marks = dict(reply["marks"])  # type: ignore[call-overload]
         marks["sent"], marks["replied"] = sent, time.monotonic()
         phases.append(marks)
@@ -203,28 +203,35 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     r_fd, w_fd = os.pipe()
     uid = sb._uids.get()
 
-    def command(kind: str, k: int) -> list[str]:
+    def command(kind: str, k: int, filter_fd: int) -> list[str]:
         host_prog = [PYTHON, "-I", "-S", "-B", os.path.join(host, f"p{k}.py")]
         if kind == "bare":
             return host_prog
         if kind == "prlimit":
             return sb._prlimit(limits) + host_prog
-        full = sb._bwrap(limits, [(builds["per-run"][k], "/prog")], [], "/tmp", {}, w_fd, uid)
+        full = sb._bwrap(
+            limits, [(builds["per-run"][k], "/prog")], [], "/tmp", {}, w_fd, filter_fd, uid
+        )
         if kind == "bwrap":  # no setpriv, no prlimit
             cut = full.index("--info-fd")
             return [*full[:cut], "--", *prog]
         return full + sb._prlimit(limits) + prog
 
-    layer_times: dict[str, list[float]] = {}
-    for kind in ("bare", "prlimit", "bwrap", "bwrap+setpriv+prlimit"):
-        layer_times[kind] = [
-            timed(
-                lambda kind=kind, k=k, data=data: subprocess.run(
-                    command(kind, k), input=data, capture_output=True, check=True, pass_fds=(w_fd,)
+    def layer(kind: str, k: int, data: bytes) -> float:
+        filter_fd = _filter_fd(sb._filter)  # bubblewrap reads its seccomp program to EOF
+        try:
+            argv = command(kind, k, filter_fd)
+            return timed(
+                lambda: subprocess.run(
+                    argv, input=data, capture_output=True, check=True, pass_fds=(w_fd, filter_fd)
                 )
             )
-            for k, data in sample
-        ]
+        finally:
+            os.close(filter_fd)
+
+    layer_times: dict[str, list[float]] = {}
+    for kind in ("bare", "prlimit", "bwrap", "bwrap+setpriv+prlimit"):
+        layer_times[kind] = [layer(kind, k, data) for k, data in sample]
     layer_times["Sandbox.run (all)"] = [old(p) for p in sample]
     sb._uids.put(uid)
     os.close(r_fd)
