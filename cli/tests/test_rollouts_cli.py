@@ -229,6 +229,9 @@ def test_code_verdicts_show_their_tests_message_and_compiler_output(run: Path) -
         for k, (status, reward, j) in enumerate(judged)
     )
     unit = {"unit_id": "b00000002.r0.u0000", "batch": 2, "round": 0, "index": 0, "version": 2}
+    # the rest of a work unit: its one prompt, a seed per sample
+    unit |= {"prompts": [{"dataset": "code", "row": 4, "epoch": 0}], "first_slot": 0}
+    unit["seeds"] = [list(range(len(samples)))]
     group = RolloutGroup(prompt="code/4", prompt_ids=(1, 2), version=2, samples=samples)
     log.append(RolloutUnit(unit=unit, version=2, generated_tokens=3, groups=(group,)))
 

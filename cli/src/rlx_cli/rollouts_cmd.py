@@ -62,7 +62,7 @@ def _samples(log: Any, unit_ids: list[str], tok: Any) -> Iterator[dict[str, Any]
     record read when its first sample is wanted; a torn one is named and skipped)."""
     rendered: dict[tuple[int, ...], str | None] = {}
     for unit_id in unit_ids:
-        record = log.get(unit_id)
+        record = log.read(unit_id)  # Corrupt: a record rlx did not write, named
         if record is None:
             _warn(f"{unit_id}: torn record, skipped (the run regenerates it on resume)")
             continue
@@ -103,7 +103,7 @@ def _verdict_counts(log: Any, unit_ids: list[str]) -> dict[str, int]:
     """{status: samples} over every sample of the units (torn records skipped)."""
     counts: dict[str, int] = {}
     for unit_id in unit_ids:
-        record = log.get(unit_id)
+        record = log.read(unit_id)
         for group in record.groups if record is not None else ():
             for s in group.samples:
                 counts[s.status] = counts.get(s.status, 0) + 1
