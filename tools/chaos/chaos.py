@@ -40,6 +40,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlx_controller.lease import read_holder
+from rlx_controller.processes import Process
+from rlx_controller.providers.local import read_services, service_process
+from rlx_core.errors import RlxError
+from rlx_core.storage import open_storage
+
 # `rlx` in a new process, from this interpreter's environment
 CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
 
@@ -173,20 +179,32 @@ def finished(run_dir: Path, steps: int) -> bool:
     return summary.get("steps") == steps and not summary.get("stopped")
 
 
-def service_pids(run_dir: Path) -> dict[str, int]:
-    path = run_dir / "services.json"
+def service_procs(run_dir: Path) -> dict[str, Process]:
+    """The run's services that still run as the processes it recorded (pid, start time and run,
+    rlx_controller.processes): a pid the system has given to another process is left alone."""
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError):
+        handles = read_services(run_dir)
+    except RlxError:  # being rewritten, or not there yet
         return {}
-    return {name: int(entry["pid"]) for name, entry in raw.items() if entry.get("pid")}
+    procs = {name: service_process(h, run_dir) for name, h in handles.items() if h.pid}
+    return {name: p for name, p in procs.items() if p is not None}
+
+
+def service_pids(run_dir: Path) -> dict[str, int]:
+    return {name: p.pid for name, p in service_procs(run_dir).items()}
 
 
 def controller_pid(run_dir: Path) -> int | None:
+    """The pid in controller.pid while the run's lease names that process (pid and start time on
+    this host): never a pid the system has since reused."""
     try:
-        return int((run_dir / "controller.pid").read_text())
-    except (OSError, ValueError):
+        pid = int((run_dir / "controller.pid").read_text())
+        holder = read_holder(open_storage(str(run_dir)))
+    except (OSError, ValueError, RlxError):
         return None
+    if holder is None or holder.pid != pid or holder.process() is None:
+        return None
+    return pid
 
 
 def _alive(pid: int) -> bool:
@@ -338,9 +356,8 @@ class _Run:
             assert self.proc is not None
             self.proc.kill()
             self.proc.wait()
-        for pid in service_pids(self.run_dir).values():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+        for proc in service_procs(self.run_dir).values():
+            proc.signal_group(signal.SIGKILL)
 
 
 def _cont(pid: int) -> None:

@@ -98,7 +98,7 @@ def _live_paramservers(paths: RunPaths) -> list[tuple[str, str]]:
 
     handles = [h for h in read_services(paths.work).values() if h.kind == "paramserver"]
     # pid 0: a replica on another machine (a TPU node), asked directly
-    live = [(h.name, h.address) for h in handles if h.pid == 0 or runs_service(h)]
+    live = [(h.name, h.address) for h in handles if h.pid == 0 or runs_service(h, paths.work)]
     if not live:
         where = "recorded" if handles else "none recorded"
         raise Unavailable(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import signal
 import sys
 import time
@@ -32,6 +31,7 @@ from rich.table import Table
 from rlx_core.errors import NotFound, RlxError
 
 if TYPE_CHECKING:
+    from rlx_controller.processes import Process
     from rlx_controller.rundir import RunPaths
 
 __all__ = ["register"]
@@ -307,17 +307,25 @@ def resume(
     _drive(cfg, paths, resume=True, force=force)
 
 
-def _controller_pid(run: Path) -> int | None:
-    """The pid in `run/controller.pid` while that process is alive and is an rlx controller (a
-    stale file may name a pid the system has since given to another program)."""
-    from rlx_controller.providers.local import process_alive, process_cmdline
+def _controller(paths: RunPaths) -> Process | None:
+    """The run's controller on this machine: the process `controller.pid` names, while the run's
+    lease names that pid on this host with the process's start time (`LeaseHolder.process`). A
+    stale file may name a pid the system has since given to another program, an rlx of another
+    run included: None then, and it is never signalled."""
+    from rlx_controller.lease import read_holder
     from rlx_controller.rundir import CONTROLLER_PID
 
     try:
-        pid = int((run / CONTROLLER_PID).read_text().strip())
+        pid = int((paths.work / CONTROLLER_PID).read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if process_alive(pid) and b"rlx" in process_cmdline(pid) else None
+    try:
+        holder = read_holder(paths.storage)
+    except RlxError:  # the run directory cannot be read: the controller cannot be told apart
+        return None
+    if holder is None or holder.pid != pid:
+        return None
+    return holder.process()
 
 
 def _worker_status(address: str, token_file: Path) -> dict[str, Any]:
@@ -398,8 +406,9 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
     workers: dict[str, Any] = {}
     token = _token_file(run, config)
     for name, h in sorted(read_services(run).items()):
-        # pid 0: a service on another machine (a TPU node), alive when it answers
-        alive = runs_service(h) if h.pid else _answers(h.address, token)
+        # pid 0: a service on another machine (a TPU node), alive when it answers; a local one
+        # is alive while its pid, start time and run are the recorded ones
+        alive = runs_service(h, run) if h.pid else _answers(h.address, token)
         services[name] = {
             "kind": h.kind,
             "pid": h.pid,
@@ -444,7 +453,8 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
     )
     snap = SnapshotStore(paths.storage).latest()
     holder = read_holder(paths.storage)
-    pid = _controller_pid(run)
+    controller = _controller(paths)
+    pid = None if controller is None else controller.pid
     last = trained[-1] if trained else {}
     numerics = {
         k: last[f"trainer/mismatch_{k}"]
@@ -602,21 +612,21 @@ def status(
 
 def _stop_services(run: Path, grace_s: float) -> list[str]:
     """SIGTERM the process group of every live service of RUN, SIGKILL what is left after
-    `grace_s`; return the names stopped. Only processes whose command line names the service's
-    module are touched."""
-    from rlx_controller.providers.local import process_alive, read_services, runs_service
+    `grace_s`; return the names stopped. Only a recorded process that is still that service of
+    this run (pid, start time and run: `service_process`) is touched, through the group it
+    leads."""
+    from rlx_controller.providers.local import read_services, service_process
 
-    live = {name: h.pid for name, h in read_services(run).items() if runs_service(h)}
-    for pid in live.values():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
+    live = {}
+    for name, h in read_services(run).items():
+        proc = service_process(h, run) if h.pid else None  # pid 0: on a TPU node
+        if proc is not None and proc.signal_group(signal.SIGTERM):
+            live[name] = proc
     deadline = time.monotonic() + grace_s
-    while any(process_alive(p) for p in live.values()) and time.monotonic() < deadline:
+    while any(p.alive() for p in live.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for pid in live.values():
-        if process_alive(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+    for proc in live.values():
+        proc.signal_group(signal.SIGKILL)  # nothing when it has exited (or its pid is reused)
     return sorted(live)
 
 
@@ -628,9 +638,8 @@ def down(
     ),
 ) -> None:
     """Stop RUN: SIGTERM the controller (it writes a snapshot and stops its services), then stop
-    any service still running. Safe to repeat; `rlx resume RUN` continues the run."""
-    from rlx_controller.providers.local import process_alive
-
+    any service still running. Safe to repeat; `rlx resume RUN` continues the run. Only this
+    run's processes are signalled (each recognised by pid, start time and run)."""
     paths = _paths(run, work_dir)
     work = paths.work
     if not work.is_dir():
@@ -638,24 +647,24 @@ def down(
             f"{work}: no such run directory"
             + (f" (work dir of {paths.uri})" if paths.remote else "")
         )
-    pid = _controller_pid(work)
-    if pid is not None:
+    controller = _controller(paths)
+    pid = None if controller is None else controller.pid
+    if controller is not None and controller.signal(signal.SIGTERM):
         typer.echo(
             f"rlx: stopping the controller (pid {pid}); it writes a snapshot first", err=True
         )
-        os.kill(pid, signal.SIGTERM)
         start = time.monotonic()
         next_note = start + 10
-        while process_alive(pid) and time.monotonic() - start < timeout_s:
+        while controller.alive() and time.monotonic() - start < timeout_s:
             time.sleep(0.2)
             if time.monotonic() >= next_note:
                 typer.echo(
                     f"rlx: waiting for the controller ({time.monotonic() - start:.0f} s)", err=True
                 )
                 next_note += 10
-        if process_alive(pid):
+        if controller.alive():
             typer.echo(f"rlx: controller still running after {timeout_s:.0f} s: SIGKILL", err=True)
-            os.kill(pid, signal.SIGKILL)
+            controller.signal(signal.SIGKILL)
     stopped = _stop_services(work, grace_s=10.0)
     if pid is None and not stopped:
         typer.echo(f"rlx: {paths.uri} is already down")

@@ -59,7 +59,10 @@ def test_start_restart_and_stop_real_services(provider: LocalProvider, tmp_path:
     recorded = read_services(provider.run_dir)
     assert {n: h.address for n, h in recorded.items()} == {n: h.address for n, h in handles.items()}
     assert Path(ps.log).exists()
-    assert all(runs_service(h) for h in recorded.values())  # the pid is still that service
+    # the pid is still that service: its start time recorded, its run in its environment
+    assert all(h.pid_start is not None for h in recorded.values())
+    assert all(runs_service(h, provider.run_dir) for h in recorded.values())
+    assert not any(runs_service(h, provider.run_dir / "other") for h in recorded.values())
 
     # SIGKILL the paramserver: the provider sees it dead and restarts it on the same port
     os.kill(ps.pid, signal.SIGKILL)

@@ -10,7 +10,10 @@ directory) is therefore refused, naming the holder:
     lease.release()                               # deleted when the controller stops cleanly
 
 `controller.lease` holds the host, pid, the process's start time (so a recycled pid is not
-mistaken for the holder) and the time of the last renewal. A holder is alive while its
+mistaken for the holder) and the time of the last renewal. It is the run's record of its
+controller: `rlx status` and `rlx down` recognise the controller that `controller.pid` names only
+when the lease names the same pid on this host with the process's start time
+(`LeaseHolder.process`). A holder is alive while its
 renewal is younger than STALE_S; on the same host it is alive exactly while that process is.
 A controller killed without a chance to clean up (SIGKILL, a lost machine) leaves its lease,
 which stops counting STALE_S after its last renewal, at once on the same host; `--force`
@@ -30,8 +33,8 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
+from rlx_controller.processes import Process, identify, start_time
 from rlx_core.errors import FailedPrecondition, NotFound, RlxError
 from rlx_core.storage import Storage
 
@@ -46,14 +49,7 @@ class RunBusy(FailedPrecondition):
     """Another controller holds the run."""
 
 
-def _start_time(pid: int) -> int | None:
-    """The start time of process `pid` in clock ticks since boot (None when it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19]) if fields[0] != "Z" else None
+_start_time = start_time  # the name tests and older callers use
 
 
 @dataclass(frozen=True)
@@ -75,8 +71,16 @@ class LeaseHolder:
     def alive(self, now: float) -> bool:
         """Whether this holder still holds the run (see the module doc)."""
         if self.host == socket.gethostname():
-            return self.pid_start is not None and _start_time(self.pid) == self.pid_start
+            return self.process() is not None
         return now - self.renewed_unix < STALE_S
+
+    def process(self) -> Process | None:
+        """The holder's process when it runs on this host and is still that process (its pid's
+        start time is the recorded one); None otherwise. The lease is the run's own record of
+        its controller, so it is the run check (rlx_controller.processes)."""
+        if self.host != socket.gethostname() or self.pid_start is None:
+            return None
+        return identify(self.pid, self.pid_start, in_run=lambda _pid: True)
 
     def describe(self, now: float) -> str:
         return (
@@ -90,11 +94,22 @@ def read_holder(storage: Storage) -> LeaseHolder | None:
     """The lease's holder as recorded (None when there is no lease or it does not parse)."""
     try:
         data = json.loads(storage.get(LEASE_FILE))
-        return LeaseHolder(**data)
+        holder = LeaseHolder(**data)
     except NotFound:
         return None
-    except (ValueError, TypeError):  # torn or foreign: nobody can be shown to hold it
+    except (ValueError, TypeError, RecursionError):  # torn or foreign: nobody holds it
         return None
+    number = (int, float)
+    typed = (
+        isinstance(holder.host, str)
+        and type(holder.pid) is int
+        and (holder.pid_start is None or type(holder.pid_start) is int)
+        and isinstance(holder.started_unix, number)
+        and isinstance(holder.renewed_unix, number)
+        and not isinstance(holder.started_unix, bool)
+        and not isinstance(holder.renewed_unix, bool)
+    )
+    return holder if typed else None
 
 
 class Lease:

@@ -17,10 +17,15 @@ For a local run directory both are the same directory. For a remote one the work
 A local run directory that is not a directory (a regular file, a path through one) is refused
 when it is named, and the files read from a run directory (`read_text`, `read_run_info`) fail with
 an RlxError naming them when they are not what rlx wrote.
+
+A write interrupted by a signal can leave its temporary (`.rlx-tmp-*`, rlx_core.storage's local
+backend) in `rollouts/`, `snapshots/` or `checkpoints/`; every reader's listing skips them, and
+`sweep_temporaries` removes them when a controller of the run starts, before it writes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlx_core.errors import Corrupt, InvalidArgument
-from rlx_core.storage import Storage, open_storage
+from rlx_core.storage import TMP_PREFIX, Storage, open_storage
 
 __all__ = [
     "CONFIG_FILE",
@@ -41,12 +46,15 @@ __all__ = [
     "is_remote",
     "read_run_info",
     "read_text",
+    "sweep_temporaries",
 ]
 
 CONFIG_FILE = "config.toml"  # the run's config as `rlx up` resolved it (`rlx resume` reads it)
 RUN_INFO = "run.json"  # run id and config hash
 SUMMARY_FILE = "summary.json"  # the last `rlx up` / `rlx resume`'s summary
 CONTROLLER_PID = "controller.pid"  # in the work directory: the running controller's pid
+# the folders whose interrupted writes a starting controller sweeps
+SWEPT = ("rollouts", "snapshots", "checkpoints")
 
 _REMOTE = re.compile(r"^(s3|gs)://", re.IGNORECASE)
 
@@ -105,6 +113,28 @@ def read_run_info(storage: Storage) -> dict[str, str] | None:
 
 
 _RUN_INFO_KEYS = ("run_id", "config_hash")
+
+
+def sweep_temporaries(run_dir: str | os.PathLike[str]) -> list[str]:
+    """Delete the temporaries of interrupted writes (`.rlx-tmp-*`) under the `SWEPT` folders of
+    a local run directory; return them, relative to it. Only the run's one controller may call
+    this (it holds the lease, and no service of the run is left writing): a temporary is a
+    write in progress until then. A remote run directory has none (its writes are single
+    uploads)."""
+    if is_remote(run_dir):
+        return []
+    root = Path(run_dir)
+    swept = []
+    for folder in SWEPT:
+        for dirpath, _dirs, files in os.walk(root / folder):
+            for name in files:
+                if name.startswith(TMP_PREFIX):
+                    path = Path(dirpath, name)
+                    # one that cannot be deleted stays: every reader skips it anyway
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                        swept.append(path.relative_to(root).as_posix())
+    return sorted(swept)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ trainer, the inference workers and the verifier start together. Each service rea
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 from collections.abc import Callable
@@ -20,10 +19,10 @@ from rlx_controller.providers.local import (
     LocalProvider,
     ServiceSpec,
     read_services,
-    runs_service,
+    service_process,
 )
 from rlx_controller.run_config import RunConfig
-from rlx_controller.rundir import RunPaths
+from rlx_controller.rundir import RunPaths, sweep_temporaries
 from rlx_controller.service_configs import (
     inference_config,
     paramserver_config,
@@ -33,7 +32,7 @@ from rlx_controller.service_configs import (
 from rlx_core.config import to_toml
 from rlx_core.storage import join_uri
 
-__all__ = ["RunServices", "base_model_dir", "kill_stale_services"]
+__all__ = ["RunServices", "base_model_dir", "clean_up_previous", "kill_stale_services"]
 
 
 def base_model_dir() -> Path:
@@ -46,18 +45,28 @@ def base_model_dir() -> Path:
 
 def kill_stale_services(run_dir: Path, log: Callable[[str], None] = print) -> list[str]:
     """SIGKILL the process groups of services a previous controller of this run recorded (it was
-    killed before it could stop them). Only processes whose command line names the service's
-    module are touched."""
+    killed before it could stop them). Only a recorded process that is still that service of
+    this run (pid, start time and run: `service_process`) is touched, and only through the group
+    it leads."""
     killed = []
     for name, handle in read_services(run_dir).items():
-        if not runs_service(handle):
-            continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(handle.pid, signal.SIGKILL)
+        proc = service_process(handle, run_dir)
+        if proc is not None and proc.signal_group(signal.SIGKILL):
             killed.append(name)
     if killed:
         log(f"stopped services left by the previous controller: {', '.join(sorted(killed))}")
     return killed
+
+
+def clean_up_previous(paths: RunPaths, log: Callable[[str], None] = print) -> None:
+    """Clear what a previous controller of this run left behind, before this one starts its
+    services and writes: its services (`kill_stale_services`), then the temporaries of its
+    interrupted writes (`sweep_temporaries`; after the services: a trainer left running may
+    still have been writing a checkpoint)."""
+    kill_stale_services(paths.work, log)
+    swept = sweep_temporaries(paths.uri)
+    if swept:
+        log(f"removed {len(swept)} temporaries of interrupted writes: {', '.join(swept)}")
 
 
 class RunServices:

@@ -6,8 +6,12 @@ stdout line is its address (the `rlx_core.serving` contract), everything else go
 the controller, which snapshots first and then stops them. A restarted service gets its old port
 back when it is free, so clients holding the address reconnect without being told.
 
-The state of the services (name, pid, address, log, restarts) is kept in `<run>/services.json`
-for `rlx status` and `rlx down` from another terminal.
+The state of the services (name, pid and the process's start time, address, log, restarts) is
+kept in `<run>/services.json` for `rlx status` and `rlx down` from another terminal. Each service
+runs with `RLX_RUN_DIR` (the run's work directory) in its environment: a recorded service is that
+process only while its pid, start time and run all agree (`service_process`,
+rlx_controller.processes); a pid the system has since given to another process is never
+signalled.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
+from rlx_controller.processes import Process, belongs_to_run, identify, run_env, start_time
 from rlx_core.clients import LifecycleClient
 from rlx_core.errors import Corrupt, DeadlineExceeded, InvalidArgument, RlxError, Unavailable
 from rlx_core.lifecycle import StatusInfo
@@ -39,6 +44,7 @@ __all__ = [
     "read_services",
     "runs_service",
     "service_command",
+    "service_process",
     "write_services",
 ]
 
@@ -84,6 +90,9 @@ class ServiceHandle:
     port: int
     restarts: int = 0
     started_at: float = 0.0
+    # the process's start time, clock ticks after boot (rlx_controller.processes); None in
+    # records written before start times were
+    pid_start: int | None = None
 
 
 class _Child:
@@ -136,7 +145,13 @@ class LocalProvider:
         log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the child
         log.write(f"\n=== start {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
         log.flush()
-        env = {**os.environ, **self.extra_env, **spec.env, "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            **self.extra_env,
+            **spec.env,
+            "PYTHONUNBUFFERED": "1",
+            **run_env(self.run_dir),  # marks it as this run's (`service_process`)
+        }
         cmd = service_command(self.python, spec.kind, port, self.token_file, spec.args)
         proc = subprocess.Popen(
             cmd,
@@ -146,6 +161,7 @@ class LocalProvider:
             env=env,
             start_new_session=True,
         )
+        started = start_time(proc.pid)  # our child: its pid is not reused before we wait
         child = _Child(spec, proc, log)
         with self._lock:
             self._children[spec.name] = child
@@ -165,6 +181,7 @@ class LocalProvider:
             port=int(address.rsplit(":", 1)[1]),
             restarts=previous.restarts + 1 if previous else 0,
             started_at=time.time(),
+            pid_start=started,
         )
         with self._lock:
             self.handles[spec.name] = handle
@@ -357,12 +374,9 @@ def write_services(
 
 
 def process_alive(pid: int) -> bool:
-    """Whether process `pid` exists and has not exited (a zombie has)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().split()
-    except OSError:
-        return False
-    return stat[2] != "Z"
+    """Whether process `pid` exists and has not exited (a zombie has). Says nothing about which
+    process it is: `service_process` does."""
+    return start_time(pid) is not None
 
 
 def process_cmdline(pid: int) -> bytes:
@@ -373,28 +387,58 @@ def process_cmdline(pid: int) -> bytes:
         return b""
 
 
-def runs_service(handle: ServiceHandle) -> bool:
-    """Whether the recorded pid of `handle` is alive and still that service (an argument of its
-    command line is `rlx_<kind>`, as `service_command` writes it: a recorded pid may since belong
-    to another program)."""
+def service_process(handle: ServiceHandle, run_dir: str | os.PathLike[str]) -> Process | None:
+    """The process of the recorded service `handle` of the run in `run_dir`, while it is still
+    that process: its pid's start time is the recorded one, it is one of this run's
+    (rlx_controller.processes.belongs_to_run) and an argument of its command line is
+    `rlx_<kind>` (as `service_command` writes it). None means gone: a recorded pid may since
+    belong to another program, or to a service of another run, and is never signalled."""
     module = KINDS.get(handle.kind, "").encode()
-    return process_alive(handle.pid) and module in process_cmdline(handle.pid).split(b" ")
+
+    def ours(pid: int) -> bool:
+        return belongs_to_run(pid, run_dir) and module in process_cmdline(pid).split(b" ")
+
+    return identify(handle.pid, handle.pid_start, ours)
+
+
+def runs_service(handle: ServiceHandle, run_dir: str | os.PathLike[str]) -> bool:
+    """Whether the recorded service `handle` of the run in `run_dir` still runs
+    (`service_process`)."""
+    return service_process(handle, run_dir) is not None
 
 
 def read_services(run_dir: str | os.PathLike[str]) -> dict[str, ServiceHandle]:
     """The services a local run recorded (for `rlx status` / `rlx down` from another terminal);
-    Corrupt naming the file when it is not what a run writes."""
+    Corrupt naming the file and the entry when it is not what a run writes."""
     path = Path(run_dir) / STATE_FILE
     if not path.exists():
         return {}
     try:
         raw = json.loads(path.read_bytes())
-        return {
+        if not isinstance(raw, dict):
+            raise TypeError(f"expected an object of services, got {type(raw).__name__}")
+        handles = {
             name: ServiceHandle(**{k: v for k, v in entry.items() if k != "alive"})
             for name, entry in raw.items()
         }
-    except (ValueError, TypeError, AttributeError) as e:  # torn, not UTF-8, or foreign
+    except (ValueError, TypeError, AttributeError, RecursionError) as e:  # torn, or foreign
         raise Corrupt(f"{path}: not a services file of rlx ({type(e).__name__}: {e})") from None
+    for name, h in handles.items():
+        for key, value, ok in (
+            ("pid", h.pid, _is_int(h.pid) and h.pid >= 0),
+            ("pid_start", h.pid_start, h.pid_start is None or _is_int(h.pid_start)),
+            ("kind", h.kind, isinstance(h.kind, str)),
+            ("address", h.address, isinstance(h.address, str)),
+            ("log", h.log, isinstance(h.log, str)),
+            ("restarts", h.restarts, _is_int(h.restarts)),
+        ):
+            if not ok:
+                raise Corrupt(f"{path}: service {name!r}: bad {key} {value!r}")
+    return handles
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _pump(child: _Child) -> None:
