@@ -19,7 +19,13 @@ without adding special tokens, since the template writes them): a sandboxed, imm
 environment with `trim_blocks`, `lstrip_blocks` and loop controls; `raise_exception`,
 `strftime_now` and a `tojson` that keeps non-ASCII text. `strftime_now` answers with the
 tokenizer's `now` (fixed when it is loaded, or given), so a resumed run renders the same
-prompts as the run it continues.
+prompts as the run it continues. A template is bounded in time and size, and `|random` and
+`lipsum` are refused (`rlx_core.chat_template`): a hostile one fails with an InvalidArgument
+naming it instead of hanging or filling memory.
+
+The `tokenizers` library panics (a `pyo3_runtime.PanicException`, a BaseException) on some
+inputs, a tokenizer.json regex that exhausts its matcher for one; encoding and decoding turn any
+such error into an InvalidArgument naming the tokenizer.json.
 """
 
 from __future__ import annotations
@@ -27,9 +33,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlx_core.errors import InvalidArgument, NotFound
+
+if TYPE_CHECKING:
+    from rlx_core.chat_template import BoundedTemplate
 
 __all__ = ["TOKENIZER_FILES", "Tokenizer", "load_tokenizer"]
 
@@ -42,6 +51,9 @@ TOKENIZER_FILES = (
     "special_tokens_map.json",
     "generation_config.json",
 )
+# what a native call's error handler lets through: Ctrl-C and interpreter exit
+_PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit)
+_MAX_JSON_INDENT = 64  # the largest `tojson(indent=...)` a chat template may ask for
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token")
 
 
@@ -79,7 +91,9 @@ class Tokenizer:
 
         try:
             self._tok = _Tokenizer.from_str(tokenizer_json)
-        except Exception as e:  # the library raises its own Exception type
+        except _PASS_THROUGH:
+            raise
+        except BaseException as e:  # the library's own Exception type, or a Rust panic
             raise InvalidArgument(f"{source}/tokenizer.json does not load: {e}") from None
         self.source = source
         self.config: dict[str, Any] = dict(config or {})
@@ -114,7 +128,7 @@ class Tokenizer:
         pad_id = self.token_id(pad) if pad else None
         # a filler id for padded positions (never attended to, never trained on)
         self.pad_id: int = pad_id if pad_id is not None else (stops[0] if stops else 0)
-        self._template: Any = None
+        self._template: BoundedTemplate | None = None
 
     @classmethod
     def from_dir(cls, directory: str, *, now: _dt.datetime | None = None) -> Tokenizer:
@@ -164,17 +178,33 @@ class Tokenizer:
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Ids of `text`. With add_special_tokens the tokenizer's post-processor adds what the
         model expects around plain text (Llama's BOS, for one), as transformers' `encode` does."""
-        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        try:
+            return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        except _PASS_THROUGH:
+            raise
+        except BaseException as e:  # a Rust panic (pyo3_runtime.PanicException) included
+            raise InvalidArgument(
+                f"{self.source}/tokenizer.json fails to encode {text[:40]!r}: "
+                f"{type(e).__name__}: {e}"
+            ) from None
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
         """The text of `ids`, special tokens (EOS, chat markers) left out by default."""
-        return str(self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens))
+        try:
+            return str(
+                self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+            )
+        except _PASS_THROUGH:
+            raise
+        except BaseException as e:  # a Rust panic (pyo3_runtime.PanicException) included
+            raise InvalidArgument(
+                f"{self.source}/tokenizer.json fails to decode: {type(e).__name__}: {e}"
+            ) from None
 
     # --- chat -----------------------------------------------------------------------------------
-    def _compiled(self) -> Any:
+    def _compiled(self) -> BoundedTemplate:
         if self._template is None:
-            from jinja2.ext import loopcontrols
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
+            from rlx_core.chat_template import BoundedTemplate
 
             def raise_exception(message: str) -> None:
                 raise InvalidArgument(f"{self.source}: chat template: {message}")
@@ -186,6 +216,11 @@ class Tokenizer:
                 separators: tuple[str, str] | None = None,
                 sort_keys: bool = False,
             ) -> str:
+                if indent is not None and not 0 <= indent <= _MAX_JSON_INDENT:
+                    raise InvalidArgument(
+                        f"{self.source}: chat template: tojson indent {indent} "
+                        f"(0 to {_MAX_JSON_INDENT})"
+                    )
                 return json.dumps(
                     value,
                     ensure_ascii=ensure_ascii,
@@ -197,43 +232,31 @@ class Tokenizer:
             def strftime_now(fmt: str) -> str:
                 return self.now.strftime(fmt)
 
-            env = ImmutableSandboxedEnvironment(
-                trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+            self._template = BoundedTemplate(
+                self.chat_template or "",
+                source=self.source,
+                globals={"raise_exception": raise_exception, "strftime_now": strftime_now},
+                filters={"tojson": tojson},
             )
-            env.filters["tojson"] = tojson
-            env.globals["raise_exception"] = raise_exception
-            env.globals["strftime_now"] = strftime_now
-            try:
-                self._template = env.from_string(self.chat_template or "")
-            except Exception as e:  # jinja2's TemplateSyntaxError and kin
-                raise InvalidArgument(f"{self.source}: chat template does not parse: {e}") from None
         return self._template
 
     def render(
         self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True
     ) -> str:
         """The chat template applied to `messages` (transformers' `apply_chat_template(...,
-        tokenize=False)`)."""
+        tokenize=False)`), within the bounds of `rlx_core.chat_template`."""
         if not self.chat_template:
             raise InvalidArgument(
                 f"{self.source} has no chat template (tokenizer_config.json `chat_template` or "
                 "chat_template.jinja): give the dataset `chat_template = false` and a `template`"
             )
-        template = self._compiled()
-        try:
-            return str(
-                template.render(
-                    messages=[dict(m) for m in messages],
-                    tools=None,
-                    documents=None,
-                    add_generation_prompt=add_generation_prompt,
-                    **self.special_tokens,
-                )
-            )
-        except InvalidArgument:
-            raise
-        except Exception as e:  # an error inside the template (undefined name, bad index)
-            raise InvalidArgument(f"{self.source}: chat template failed: {e}") from None
+        return self._compiled().render(
+            messages=[dict(m) for m in messages],
+            tools=None,
+            documents=None,
+            add_generation_prompt=add_generation_prompt,
+            **self.special_tokens,
+        )
 
     def prompt_ids(
         self, prompt: str | Sequence[Mapping[str, Any]], *, chat: bool = True
