@@ -26,7 +26,6 @@ response was cut off) is never sent to the verifier: it scores 0 as `NO_CODE`, w
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -42,7 +41,6 @@ __all__ = [
     "BadRecord",
     "CodeTask",
     "brief",
-    "check_limit",
     "code_task",
     "extract_program",
     "manifest_problems",
@@ -220,27 +218,6 @@ def _inline(cfg: DatasetConfig, value: Any) -> tuple[InlineTest, ...]:
     )
 
 
-def check_limit(value: Any, name: str, judge: JudgeConfig) -> float | int:
-    """`value` as the limit `name` ("time_limit_s", "memory_mb" or "tests"): a number, finite,
-    > 0 (a whole number for memory and tests) and within the verifier's cap on it; ValueError
-    saying what is allowed otherwise."""
-    cap, what = {
-        "time_limit_s": (judge.max_time_limit_s, "a number of CPU seconds"),
-        "memory_mb": (judge.max_memory_mb, "a whole number of MiB"),
-        "tests": (judge.max_tests, "a whole number of tests"),
-    }[name]
-    # (an int is compared as it is: a JSON integer of 400 digits does not fit a float)
-    number = not isinstance(value, bool) and isinstance(value, (int, float))
-    if isinstance(value, float):
-        number = math.isfinite(value) and (name == "time_limit_s" or value.is_integer())
-    if not (number and 0 < value <= cap):
-        raise ValueError(
-            f"{name} = {brief(value)}: must be {what} > 0 and <= {cap:g} "
-            f"(verifier.judge.max_{name})"
-        )
-    return float(value) if name == "time_limit_s" else int(value)
-
-
 def _limit(
     cfg: DatasetConfig, record: Mapping[str, Any], field: str, default: float, judge: JudgeConfig
 ) -> float:
@@ -250,12 +227,11 @@ def _limit(
     value = record.get(name) if name else None
     if value is None:
         return default
+    kind = "time_limit_s" if field == "time_limit_field" else "memory_mb"
     try:
-        return check_limit(
-            value, "time_limit_s" if field == "time_limit_field" else "memory_mb", judge
-        )
+        return judge.request_limit(kind, value, repr(name))
     except ValueError as e:
-        raise BadRecord(field, f"{name!r}: {e}") from None
+        raise BadRecord(field, str(e)) from None
 
 
 def _content_link(link: Any, blobs: str) -> bool:
@@ -286,10 +262,10 @@ def _problem(
     ):
         raise ValueError(f"{at} has no list of test links ({{input, answer}} each)")
     try:
-        check_limit(len(tests), "tests", judge)
+        judge.request_limit("tests", len(tests), "the number of tests")
         for name in ("time_limit_s", "memory_mb"):
             if p.get(name) is not None:  # absent or null: the dataset's or the verifier's
-                check_limit(p[name], name, judge)
+                judge.request_limit(name, p[name])
     except ValueError as e:
         raise ValueError(f"{at}: {e}") from None
     links = [(f"tests[{i}].{x}", t[x]) for i, t in enumerate(tests) for x in ("input", "answer")]
@@ -390,7 +366,7 @@ def code_task(
         )
     tests = _inline(cfg, record[cfg.tests_field])
     try:
-        check_limit(len(tests), "tests", judge)
+        judge.request_limit("tests", len(tests), f"the number of tests in {cfg.tests_field!r}")
     except ValueError as e:
-        raise BadRecord("tests_field", f"{cfg.tests_field!r}: {e}") from None
+        raise BadRecord("tests_field", str(e)) from None
     return replace(base, tests=tests)

@@ -41,7 +41,6 @@ from rlx_controller.code_tasks import (
     BadRecord,
     CodeTask,
     brief,
-    check_limit,
     code_task,
     manifest_problems,
 )
@@ -230,14 +229,22 @@ def _parquet_rows(
             for batch in file.iter_batches(batch_size=_PARQUET_BATCH, columns=wanted):
                 decoded += batch.nbytes
                 seen += batch.num_rows
-                if decoded > MAX_DECOMPRESSED_BYTES or seen > claimed:
+                if decoded > MAX_DECOMPRESSED_BYTES:
                     raise InvalidArgument(
-                        f"{uri}: decodes to more than {_mib(MAX_DECOMPRESSED_BYTES)} or more "
-                        f"than the {claimed} rows its footer claims: refused"
+                        f"{uri}: decodes to more than {_mib(MAX_DECOMPRESSED_BYTES)} (the cap "
+                        "on a dataset file's decoded size): refused"
                     )
+                if seen > claimed:
+                    break
                 yield from batch.to_pylist()
         except (pa.ArrowException, OSError, ValueError) as e:
             raise InvalidArgument(f"{uri}: not a readable Parquet file: {e}") from None
+        if seen != claimed:
+            held = f"more than {claimed}" if seen > claimed else str(seen)
+            raise InvalidArgument(
+                f"{uri}: holds {held} rows where its footer claims {claimed}: not a readable "
+                "Parquet file"
+            )
 
     return rows(), names
 
@@ -423,7 +430,7 @@ def _check_limits(cfg: DatasetConfig, field_path: str, judge: JudgeConfig) -> No
         value = getattr(cfg, name)
         if cfg.reward == "code" and value:
             try:
-                check_limit(value, name, judge)
+                judge.request_limit(name, value)
             except ValueError as e:
                 raise ConfigError(str(e), field=f"{field_path}.{name}", value=value) from None
 

@@ -88,6 +88,29 @@ class JudgeConfig:
         if self.math_timeout_s <= 0:
             raise ConfigError("must be > 0", field="math_timeout_s", value=self.math_timeout_s)
 
+    def request_limit(self, name: str, value: object, label: str = "") -> float | int:
+        """`value` as a request's `name` ("time_limit_s", "memory_mb" or "tests", the limits a
+        dataset row or manifest problem gives): a number, finite, > 0 (a whole number for
+        memory and tests) and within this judge's cap on it; ValueError saying what is allowed
+        otherwise (`label`: how the message names the value; default `name`). What a loader
+        checks before a request is ever sent."""
+        cap, what = {
+            "time_limit_s": (self.max_time_limit_s, "a number of CPU seconds"),
+            "memory_mb": (self.max_memory_mb, "a whole number of MiB"),
+            "tests": (self.max_tests, "a whole number of tests"),
+        }[name]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # an int is compared as it is: a JSON integer of 400 digits does not fit a float
+            whole = isinstance(value, int) or (math.isfinite(value) and value.is_integer())
+            if (whole or name == "time_limit_s") and 0 < value <= cap:
+                return float(value) if name == "time_limit_s" else int(value)
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise ValueError(
+            f"{label or name} = {shown}: must be {what} > 0 and <= {cap:g} "
+            f"(verifier.judge.max_{name})"
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class RepositoryConfig:
