@@ -191,8 +191,10 @@ def _shown(value: Any) -> str:
 
 def _count(field: str, value: Any, top: int = _INT64) -> int:
     """`value` when it is an integer in [0, top), else BadRecord naming `field`."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < top:
-        raise BadRecord(field, f"expected an integer in [0, {top}), got {_shown(value)}")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise BadRecord(field, f"expected an integer >= 0, got {_shown(value)}")
+    if value >= top:
+        raise BadRecord(field, f"expected an integer below {top}, got {_shown(value)}")
     return value
 
 
@@ -338,8 +340,9 @@ class RolloutLog:
             raise InvalidArgument(f"bad work-unit id {unit_id!r}")
         return f"{self.prefix}/{unit_id}{_SUFFIX}"
 
-    def _read(self, unit_id: str) -> tuple[bool, RolloutUnit | None]:
-        """(present, record): present but record None means torn (or not rlx's: `bad`)."""
+    def _read(self, unit_id: str, *, warn: bool = True) -> tuple[bool, RolloutUnit | None]:
+        """(present, record): present but record None means torn (or not rlx's: `bad`);
+        `warn`: log a record found torn or bad (once per unit)."""
         key = self._key(unit_id)
         try:
             data = self.storage.get(key)
@@ -353,13 +356,14 @@ class RolloutLog:
             record = None
             if unit_id not in self.bad:
                 self.bad[unit_id] = f"{self.storage.key_uri(key)}: {e}"
-                log.warning(
-                    "rollout log: %s (its checksum holds, its content is not a record rlx "
-                    "writes); the unit will be regenerated",
-                    self.bad[unit_id],
-                )
+                if warn:
+                    log.warning(
+                        "rollout log: %s (its checksum holds, its content is not a record rlx "
+                        "writes); the unit will be regenerated",
+                        self.bad[unit_id],
+                    )
         else:
-            if record is None and unit_id not in self.torn:
+            if record is None and unit_id not in self.torn and warn:
                 log.warning(
                     "rollout log: %s is torn or corrupt (%d bytes); the unit will be regenerated",
                     self.storage.key_uri(key),
@@ -377,7 +381,7 @@ class RolloutLog:
         """`get` for readers that show the log: None when missing or torn, Corrupt naming the
         file and the field when the record's checksum holds but its content is not what rlx
         writes (`rlx rollouts show` says so instead of showing it)."""
-        record = self.get(unit_id)
+        record = self._read(unit_id, warn=False)[1]
         if record is None and unit_id in self.bad:
             raise Corrupt(
                 f"{self.bad[unit_id]} (its checksum holds: not a record rlx writes; delete it "
