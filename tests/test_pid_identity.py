@@ -89,11 +89,12 @@ def _status(run: Path) -> dict[str, object]:
     return dict(json.loads(result.stdout))
 
 
-def _lease(run: Path, pid: int) -> None:
+def _lease(run: Path, pid: int, start: int | None = None) -> None:
     """The run's lease held by `pid` on this host, with its start time (as a controller writes
-    it once it holds the run)."""
+    it once it holds the run), or with `start`."""
     holder = LeaseHolder.me(time.time())
-    holder = LeaseHolder(**{**asdict(holder), "pid": pid, "pid_start": start_time(pid)})
+    start = start_time(pid) if start is None else start
+    holder = LeaseHolder(**{**asdict(holder), "pid": pid, "pid_start": start})
     open_storage(str(run)).put(LEASE_FILE, json.dumps(asdict(holder)).encode())
 
 
@@ -120,6 +121,10 @@ def test_status_and_down_leave_alone_what_reused_a_recorded_pid(
         },
     )
     (run / "controller.pid").write_text(str(controller.pid))
+    # the run's lease names that pid, but a process that started earlier: a killed controller's
+    controller_start = start_time(controller.pid)
+    assert controller_start is not None
+    _lease(run, controller.pid, controller_start - 1)
 
     status = _status(run)
     assert status["controller"] == {"pid": None, "alive": False}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import threading
@@ -108,6 +109,8 @@ def read_holder(storage: Storage) -> LeaseHolder | None:
         and isinstance(holder.renewed_unix, number)
         and not isinstance(holder.started_unix, bool)
         and not isinstance(holder.renewed_unix, bool)
+        and math.isfinite(holder.started_unix)
+        and math.isfinite(holder.renewed_unix)
     )
     return holder if typed else None
 
