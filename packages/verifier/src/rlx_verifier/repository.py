@@ -6,7 +6,9 @@ Layout under a repository root (a local path, s3://bucket/prefix or gs://bucket/
     manifests/<dataset>-<sha12>.json       what `rlx verifier upload` wrote: links per problem
     transient/<expires_unix>-<hex>/<n>     phase-1 outputs of one run, deleted after their TTL
 
-A link is the full URI of an object (`s3://b/p/blobs/ab12...`). Blobs fetched by the verifier
+A link is the full URI of an object (`s3://b/p/blobs/ab12...`): a blob's ends in its sha256, a
+phase-1 output's in `transient/<expires_unix>-<hex>/<n>`, and no other form (no `..` anywhere) is
+a link. Blobs fetched by the verifier
 are checked against their digest and cached locally by digest, so a test is read from storage
 once per verifier, and a cached blob can never be a stale or altered copy.
 """
@@ -35,6 +37,7 @@ MANIFESTS = "manifests"
 TRANSIENT = "transient"
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _TRANSIENT_RUN = re.compile(r"^(\d+)-[0-9a-f]+$")
+_TRANSIENT_KEY = re.compile(rf"^{TRANSIENT}/\d+-[0-9a-f]+/\d+$")  # what put_output writes
 
 
 def digest(data: bytes) -> str:
@@ -46,17 +49,22 @@ def blob_link(root: str, sha256: str) -> str:
 
 
 def split_link(link: str) -> tuple[str, str]:
-    """(repository root URI, key) of a link to `.../blobs/<sha256>` or `.../transient/...`."""
+    """(repository root URI, key) of a link to `.../blobs/<sha256>` or a phase-1 output
+    `.../transient/<expires>-<hex>/<n>`; InvalidArgument for anything else (a `..` in it)."""
     for marker in (f"/{BLOBS}/", f"/{TRANSIENT}/"):
         i = link.rfind(marker)
         if i > 0:
             root, key = link[:i], link[i + 1 :]
-            if marker == f"/{BLOBS}/" and not _DIGEST.match(key[len(BLOBS) + 1 :]):
-                break
-            return root, key
+            if marker == f"/{BLOBS}/":
+                ok = _DIGEST.match(key[len(BLOBS) + 1 :]) is not None
+            else:
+                ok = _TRANSIENT_KEY.match(key) is not None
+            if ok and ".." not in root.split("/"):
+                return root, key
+            break
     raise InvalidArgument(
         f"{link!r} is not a test-repository link (expected ROOT/{BLOBS}/<sha256> or "
-        f"ROOT/{TRANSIENT}/...)",
+        f"ROOT/{TRANSIENT}/<expires>-<hex>/<n>)",
         field="test_links",
     )
 
