@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from rlx_core.configs.verifier import LANGUAGES, canonical_language
 from rlx_core.errors import InvalidArgument, Unimplemented
+from rlx_verifier import assert_python
 
 __all__ = ["LANGUAGES", "Language", "compose_assert_program", "detect_languages"]
 
@@ -210,120 +211,6 @@ def resolve(languages: dict[str, Language], name: str) -> Language:
 
 # --- assert-style harnesses ---------------------------------------------------------------------
 
-# The Python harness: a prelude that runs before any candidate code takes the marker from stdin's
-# first line (the rest of stdin moves to a fresh memfd, so seeking back or reopening
-# /proc/self/fd/0 finds nothing) and keeps it in a local of `_main` only. An audit hook, installed
-# before the candidate runs and impossible to remove, then denies what would reach that local:
-# frames (sys._getframe, tb_frame, gi_frame, cr_frame, ag_frame, tracing and profiling), the
-# garbage collector's object lists, ctypes, new code objects, /proc, and new processes.
-# The candidate runs, then the tests in a namespace whose builtins are restored, with every
-# callable of the candidate's namespace guarded: a SystemExit from it is a failure, and functions
-# defined by the candidate must return plain data (not objects whose `__eq__` is always True).
-# A SystemExit out of the tests counts as the harness exiting only if every frame it passed
-# through runs the harness's own code objects. Only the end of `_main` writes the marker.
-_PY_HARNESS = r"""
-import builtins as _b, os as _os, sys as _sys, types as _types  # types reads a tb_frame
-_W, _EXIT, _TRACE, _REALPATH = _os.write, _os._exit, _sys.settrace, _os.path.realpath
-_SAFE = (int, float, complex, str, bytes, bool, type(None), list, tuple, dict, set, frozenset)
-_BUILTINS = dict(_b.__dict__)
-_DENIED = frozenset((
-    "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
-    "sys.addaudithook", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-    "os.exec", "os.posix_spawn", "os.spawn",
-    "os.system", "subprocess.Popen", "pty.spawn",
-))
-_FRAMES = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
-def _fail(why):
-    _W(2, b"rlx: " + why.encode() + b"\n")
-    _EXIT(96)
-def _secret():
-    data = b""
-    while chunk := _os.read(0, 1 << 16):
-        data += chunk
-    mark, _, rest = data.partition(b"\n")
-    fd = _os.memfd_create("stdin")
-    view = memoryview(rest)
-    while view:
-        view = view[_os.write(fd, view):]
-    _os.lseek(fd, 0, _os.SEEK_SET)
-    _os.dup2(fd, 0)
-    _os.close(fd)
-    return mark
-def _audit():
-    judge = [False]  # True while the prelude itself reads a traceback
-    def hook(event, args):
-        if judge[0]:
-            return
-        if event == "sys._getframe":
-            raise ValueError("rlx: frames are not available here")
-        if event == "object.__getattr__" and args[1] in _FRAMES:
-            raise AttributeError("rlx: frames are not available here")
-        if event in _DENIED or event.startswith("ctypes."):
-            raise RuntimeError("rlx: " + event + " is not available here")
-        if event == "open" and isinstance(args[0], (str, bytes)):
-            if _REALPATH(_os.fsdecode(args[0])).startswith("/proc"):
-                raise PermissionError("rlx: /proc is not available here")
-    return hook, judge
-def _plain(v, depth=0):
-    t = type(v)
-    if t not in _SAFE or depth > 50:
-        return False
-    if t in (list, tuple, set, frozenset):
-        return all(_plain(x, depth + 1) for x in v)
-    if t is dict:
-        return all(_plain(k, depth + 1) and _plain(x, depth + 1) for k, x in v.items())
-    return True
-def _guard(f, own):
-    def g(*a, **k):
-        try:
-            r = f(*a, **k)
-        except SystemExit:
-            _fail("SystemExit from the candidate's code")
-        if own and not _plain(r):
-            raise TypeError("rlx: the candidate returned a " + type(r).__name__)
-        return r
-    return g
-def _codes(code, found):
-    found[id(code)] = code
-    for c in code.co_consts:
-        if type(c) is type(code):
-            _codes(c, found)
-    return found
-def _main():
-    mark = _secret()
-    hook, judge = _audit()
-    _sys.addaudithook(hook)
-    harness = compile({harness!r}, "harness.py", "exec")
-    ns = {{"__name__": "__main__", "__builtins__": _b}}
-    try:
-        exec(compile({candidate!r}, "candidate.py", "exec"), ns)
-    except SystemExit:
-        _EXIT(97)  # exiting before the tests is not passing them
-    judge[0] = True
-    _TRACE(None); _sys.setprofile(None)
-    judge[0] = False
-    _b.__dict__.clear(); _b.__dict__.update(_BUILTINS)
-    tests = {{k: (_guard(v, getattr(v, "__module__", "") == "__main__")
-                  if callable(v) and not isinstance(v, type) else v) for k, v in ns.items()}}
-    tests["__builtins__"] = _BUILTINS
-    try:
-        exec(harness, tests)
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            raise
-        own, tb = _codes(harness, {{}}), e.__traceback__.tb_next
-        judge[0] = True
-        while tb is not None:
-            if id(tb.tb_frame.f_code) not in own:
-                _fail("SystemExit through the candidate's code")
-            tb = tb.tb_next
-    judge[0] = True
-    _TRACE(None)
-    _W(1, b"\n" + mark + b"\n")
-    _EXIT(0)
-_main()
-"""
-
 
 def compose_assert_program(lang: Language, candidate: str, harness: str) -> dict[str, str]:
     """The files of one assert-style program ({file name: text}): the candidate, then the
@@ -334,7 +221,8 @@ def compose_assert_program(lang: Language, candidate: str, harness: str) -> dict
     The verdict is AC only if the program exits 0 and the last line of stdout is the marker.
     """
     if lang.name == "python":
-        return {lang.source: _PY_HARNESS.format(candidate=candidate, harness=harness)}
+        # two processes, no marker: see rlx_verifier.assert_python
+        return assert_python.compose(lang.source, candidate, harness)
     if lang.name in ("cpp", "rust") and not lang.test_compile:
         raise Unimplemented(f"assert-style {lang.name} needs x86_64 (its prelude is assembly)")
     if lang.name == "cpp":

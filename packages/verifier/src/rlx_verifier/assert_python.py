@@ -1,0 +1,505 @@
+"""Assert-style Python: the candidate runs in a process of its own and only plain data crosses
+back to the judge, the one process that decides the verdict.
+
+`compose` gives the files of one assert-style Python program: this very file as the entry point,
+the candidate's source and the harness. Run as a script (`python3 -I -S -B main.py`) this file is
+the **judge**, the sandboxed run's top process:
+
+1. it makes itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`): a process of its uid without
+   CAP_SYS_PTRACE (the sandbox keeps none) can neither ptrace it nor open its /proc/PID/mem, fd
+   or environ;
+2. it starts the **candidate** process, `python3 -I -S -B main.py serve`, with stdin, stdout and
+   stderr inherited and a pair of pipes on fds 3 and 4. That process execs the candidate's source
+   as `__main__`, reports its top-level names (plain values as values, callables and modules by
+   name) and then serves calls: (name, args, kwargs) in, a result or an exception out;
+3. it runs the harness in a fresh namespace of the candidate's plain values and, for each of its
+   callables, a proxy that sends the call and returns the decoded result. The judge never
+   imports, compiles or execs candidate text, and a candidate's name never shadows a builtin.
+
+Only plain data crosses, either way: None, bool, int, float (exact, nan and inf included),
+complex, str, bytes, list, tuple, dict, set and frozenset, nested at most MAX_DEPTH deep, in
+messages of at most MAX_MESSAGE bytes, in a tagged text encoding (`encode`, `decode`) whose
+decoder only slices text and calls int, float.fromhex and the container constructors. A result
+that is not plain data (an object with its own `__eq__`, a subclass of int, a generator) makes the
+call raise TypeError in the judge. An exception of the candidate's becomes the builtin exception
+of that name (else a RuntimeError naming it); a SystemExit, KeyboardInterrupt or other
+BaseException of the candidate's, or a candidate process that dies or breaks the protocol, fails
+the run. The judge exits 0 only when the harness ran to its end (or exited with status 0 itself);
+a candidate killed by a signal (SIGXCPU: its CPU limit) takes the judge down with that signal.
+
+As a script this file imports nothing at start but builtins, os, signal and sys (each import is
+start-up time of both processes).
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import signal
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, BinaryIO, NoReturn
+
+__all__ = ["CANDIDATE", "HARNESS", "MAX_DEPTH", "MAX_MESSAGE", "compose", "decode", "encode"]
+
+CANDIDATE = "rlx_candidate.py"  # the candidate's source, next to the entry point
+HARNESS = "rlx_harness.py"  # the tests
+MAX_DEPTH = 100  # containers nested deeper are not plain data
+MAX_MESSAGE = 32 << 20  # bytes of one message (the names, a call or a reply)
+MAX_VALUE = 1 << 20  # characters of one top-level value the candidate reports (larger: left out)
+MAX_TEXT = 2000  # characters of an exception's message kept
+CALLS_FD, REPLIES_FD = 3, 4  # the candidate process's ends of the two pipes
+PR_SET_DUMPABLE, PR_GET_DUMPABLE = 4, 3
+# Standard-library modules a candidate's `import NAME` does not bring into the harness: importing
+# them acts (opens a browser, prints, starts a GUI).
+NOT_IMPORTED = frozenset(
+    {"__hello__", "__phello__", "antigravity", "idlelib", "this", "tkinter", "turtle"}
+    | {"turtledemo", "webbrowser"}
+)
+
+
+def compose(entry: str, candidate: str, harness: str) -> dict[str, str]:
+    """The files of one assert-style Python program ({file name: text}): `entry` (what the
+    language runs) is this module, the judge."""
+    with open(__file__, encoding="utf-8") as f:
+        judge = f.read()
+    return {entry: judge, CANDIDATE: candidate, HARNESS: harness}
+
+
+# --- plain data --------------------------------------------------------------------------------
+# N None, T/F a bool, i<hex>; an int, f<float.hex>; a float, c<hex>,<hex>; a complex, y<hex>; bytes,
+# s<n>:<n characters> a str, l/t/S/e/d<n>:<items> a list/tuple/set/frozenset/dict (a dict's items
+# are its keys and values in turn), p<n>:<name> a callable passed by name.
+
+
+class NotPlain(TypeError):
+    """A value that is not plain data; the message says what it is."""
+
+
+_CONTAINERS: dict[type, str] = {list: "l", tuple: "t", set: "S", frozenset: "e", dict: "d"}
+_BUILD: dict[str, Callable[[list[Any]], object]] = {
+    "l": list,
+    "t": tuple,
+    "S": set,
+    "e": frozenset,
+    "d": lambda items: dict(zip(items[::2], items[1::2], strict=True)),
+}
+_SCALARS: dict[type, tuple[str, Callable[[Any], str]]] = {
+    int: ("i", lambda v: format(v, "x")),  # hex: no digit limit either way
+    float: ("f", float.hex),
+    complex: ("c", lambda v: f"{v.real.hex()},{v.imag.hex()}"),
+    bytes: ("y", bytes.hex),
+}
+_PARSE: dict[str, Callable[[str], object]] = {
+    "i": lambda s: int(s, 16),
+    "f": float.fromhex,
+    "c": lambda s: complex(*map(float.fromhex, s.split(",", 1))),
+    "y": bytes.fromhex,
+}
+_CONSTANTS = {"N": None, "T": True, "F": False}
+
+
+def encode(value: object, refs: dict[int, str] | None = None) -> str:
+    """The text of plain data; NotPlain for anything else. `refs`: objects passed by name."""
+    out: list[str] = []
+    _encode(value, out, 0, refs)
+    return "".join(out)
+
+
+def _encode(value: object, out: list[str], depth: int, refs: dict[int, str] | None) -> None:
+    t = type(value)
+    if value is None or t is bool:
+        out.append("N" if value is None else "T" if value else "F")
+    elif type(value) is str:
+        out += ("s", str(len(value)), ":", value)
+    elif t in _SCALARS:
+        tag, text = _SCALARS[t]
+        out += (tag, text(value), ";")
+    elif refs is not None and id(value) in refs:
+        name = refs[id(value)]
+        out += ("p", str(len(name)), ":", name)
+    elif t in _CONTAINERS:
+        if depth >= MAX_DEPTH:
+            raise NotPlain(f"data nested deeper than {MAX_DEPTH} levels")
+        items: Any = value
+        out += (_CONTAINERS[t], str(len(items)), ":")
+        for item in items.items() if t is dict else items:
+            for part in item if t is dict else (item,):
+                _encode(part, out, depth + 1, refs)
+    else:
+        raise NotPlain(f"a {t.__module__}.{t.__qualname__}")
+
+
+def decode(text: str, resolve: Callable[[str], object] | None = None) -> object:
+    """The value `encode` gave `text` for; ValueError for anything else (text the decoder does
+    not read to its end included). `resolve`: what a name passed by reference stands for."""
+    try:
+        value, end = _decode(text, 0, 0, resolve)
+    except (LookupError, TypeError, OverflowError, RecursionError) as e:
+        raise ValueError(f"malformed data ({type(e).__name__})") from None
+    if end != len(text):
+        raise ValueError("malformed data (trailing text)")
+    return value
+
+
+def _decode(
+    text: str, i: int, depth: int, resolve: Callable[[str], object] | None
+) -> tuple[object, int]:
+    tag = text[i]
+    if tag in _CONSTANTS:
+        return _CONSTANTS[tag], i + 1
+    if tag in _PARSE:
+        end = text.index(";", i + 1)
+        return _PARSE[tag](text[i + 1 : end]), end + 1
+    colon = text.index(":", i + 1)
+    n = int(text[i + 1 : colon])
+    i = colon + 1
+    if not 0 <= n <= len(text) - i or depth >= MAX_DEPTH:
+        raise ValueError("malformed data (a length)")
+    if tag == "s":
+        return text[i : i + n], i + n
+    if tag == "p" and resolve is not None:
+        return resolve(text[i : i + n]), i + n
+    if tag not in _BUILD:
+        raise ValueError(f"malformed data (tag {tag!r})")
+    items = []
+    for _ in range(2 * n if tag == "d" else n):
+        item, i = _decode(text, i, depth + 1, resolve)
+        items.append(item)
+    return _BUILD[tag](items), i
+
+
+def _send(fd: int, message: tuple[object, ...], refs: dict[int, str] | None = None) -> None:
+    data = encode(message, refs).encode("utf-8", "surrogatepass")
+    if len(data) > MAX_MESSAGE:
+        raise ValueError(f"a message over {MAX_MESSAGE} bytes")
+    view = memoryview(len(data).to_bytes(4, "big") + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _receive(stream: BinaryIO, resolve: Callable[[str], object] | None = None) -> object:
+    """The next message; None at the end of the stream. ValueError: a malformed one."""
+    head = stream.read(4)
+    if not head:
+        return None
+    size = int.from_bytes(head, "big")
+    if len(head) < 4 or size > MAX_MESSAGE:
+        raise ValueError("a malformed message header")
+    data = stream.read(size)
+    if len(data) < size:
+        raise ValueError("a message cut short")
+    return decode(data.decode("utf-8", "surrogatepass"), resolve)
+
+
+def _raised(e: BaseException) -> tuple[object, ...]:
+    """("x", type name, args): the exception's own args when they are small plain data, else its
+    message alone."""
+    try:
+        args = e.args
+        if type(args) is tuple and len(encode(args)) <= MAX_TEXT:
+            return ("x", type(e).__name__, args)
+        return ("x", type(e).__name__, (str(e)[:MAX_TEXT],))
+    except Exception:
+        return ("x", type(e).__name__, ())
+
+
+# --- the candidate's process -------------------------------------------------------------------
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105 - no contextlib: every import is start-up time
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _names(namespace: dict[str, Any]) -> list[tuple[str, ...]]:
+    """(name, "v", plain value text), (name, "f") or (name, "m") for each top-level name."""
+    found: list[tuple[str, ...]] = []
+    for name, value in list(namespace.items()):
+        if type(name) is not str or name.startswith("__"):
+            continue
+        if type(value) is type(sys):
+            if getattr(value, "__name__", None) == name:
+                found.append((name, "m"))
+        elif callable(value):
+            found.append((name, "f"))
+        else:
+            try:
+                data = encode(value)
+            except NotPlain:
+                continue
+            if len(data) <= MAX_VALUE:
+                found.append((name, "v", data))
+    return found
+
+
+def _answer(namespace: dict[str, Any], name: str, args: Any, kwargs: Any) -> tuple[object, ...]:
+    """The reply to one call: ("r", result), ("n", what the result is) or ("x", type, args)."""
+    try:
+        fn = namespace[name]
+    except KeyError:
+        return ("x", "NameError", (f"name {name!r} is not defined",))
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as e:
+        return _raised(e)
+    try:
+        encode(result)
+    except NotPlain as e:
+        return ("n", str(e))
+    return ("r", result)
+
+
+def _serve(folder: str) -> NoReturn:
+    """The candidate's process: exec its source as `__main__`, report its names, serve calls."""
+    os.set_inheritable(CALLS_FD, False)
+    os.set_inheritable(REPLIES_FD, False)
+    calls = os.fdopen(CALLS_FD, "rb")
+    module = type(sys)("__main__")
+    module.__builtins__ = builtins  # type: ignore[attr-defined]
+    sys.modules["__main__"] = module
+    namespace = module.__dict__
+    path = os.path.join(folder, CANDIDATE)
+    sys.argv = [path]  # as if the candidate were the script (argparse in a __main__ block)
+    try:
+        with open(path, "rb") as f:
+            code = compile(f.read(), path, "exec")
+        exec(code, namespace)
+    except BaseException as e:
+        import traceback
+
+        traceback.print_exception(e)
+        _flush()
+        _send(REPLIES_FD, _raised(e))
+        os._exit(1)
+    _flush()
+    _send(REPLIES_FD, ("names", _names(namespace)))
+    while True:
+        message: Any = _receive(calls, namespace.__getitem__)
+        if message is None:
+            os._exit(0)
+        if message[0] != "c":
+            _flush()
+            _send(REPLIES_FD, ("q",))
+            os._exit(0)
+        reply = _answer(namespace, *message[1:])
+        _flush()
+        try:
+            _send(REPLIES_FD, reply)
+        except ValueError as e:
+            _send(REPLIES_FD, ("n", str(e)))
+
+
+# --- the judge ---------------------------------------------------------------------------------
+
+
+def _undumpable() -> None:
+    """PR_SET_DUMPABLE 0, checked: else the judge stops (its process could be written to)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0):
+        _stop(f"cannot make the judge non-dumpable: {os.strerror(ctypes.get_errno())}")
+
+
+def _stop(why: str, code: int = 3) -> NoReturn:
+    os.write(2, f"rlx: {why}\n".encode(errors="replace"))
+    os._exit(code)
+
+
+class _Proxy:
+    """Stands for one callable of the candidate's in the harness: calls it in its process."""
+
+    def __init__(self, candidate: _Candidate, name: str) -> None:
+        self._candidate = candidate
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self._candidate.call(self.__name__, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<function {self.__name__} of the candidate>"
+
+
+class _Candidate:
+    """The candidate's process as the judge sees it: its names, then calls in, plain data out."""
+
+    def __init__(self, script: str) -> None:
+        import _thread
+        import fcntl
+
+        self._lock = _thread.allocate_lock()  # one call at a time on the pipes
+        calls_r, self._calls = os.pipe()
+        replies, replies_w = os.pipe()
+        # Its ends moved above fd 10 first, so that the dups onto 3 and 4 never overlap them.
+        ends = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (calls_r, replies_w)]
+        os.close(calls_r)
+        os.close(replies_w)
+        python = sys.executable or "/usr/bin/python3"
+        try:
+            self.pid = os.posix_spawn(
+                python,
+                [python, "-I", "-S", "-B", script, "serve"],
+                os.environ,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, ends[0], CALLS_FD),
+                    (os.POSIX_SPAWN_DUP2, ends[1], REPLIES_FD),
+                ],
+            )
+        except OSError as e:
+            _stop(f"cannot start the candidate's process: {e}")
+        finally:
+            for fd in ends:
+                os.close(fd)
+        self._replies = os.fdopen(replies, "rb")
+        self.proxies: dict[int, str] = {}  # id(proxy): name, for proxies passed as arguments
+
+    def receive(self) -> tuple[Any, ...]:
+        try:
+            message = _receive(self._replies)
+        except (OSError, ValueError) as e:
+            self.fail(f"the candidate's process sent malformed data: {e}")
+        if message is None:
+            self.gone()
+        if type(message) is not tuple or not message or type(message[0]) is not str:
+            self.fail("the candidate's process sent malformed data")
+        return message
+
+    def names(self) -> dict[str, object]:
+        """The harness's namespace: the candidate's plain values, proxies and modules."""
+        message = self.receive()
+        if message[0] == "x" and len(message) == 3:
+            self.fail(f"the candidate's code raised {message[1]} before the tests", code=1)
+        if message[:1] != ("names",) or len(message) != 2 or type(message[1]) is not list:
+            self.fail("the candidate's process sent malformed data")
+        stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
+        namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": builtins}
+        for item in message[1]:
+            if type(item) is not tuple or not item or type(item[0]) is not str:
+                self.fail("the candidate's process sent malformed data")
+            name, kind = item[0], item[1:]
+            if not name.isidentifier() or name.startswith("__") or name in vars(builtins):
+                continue  # a candidate's `abs` or `__builtins__` never replaces the harness's
+            if kind == ("f",):
+                proxy = _Proxy(self, name)
+                namespace[name] = proxy
+                self.proxies[id(proxy)] = name
+            elif len(kind) == 2 and kind[0] == "v" and type(kind[1]) is str:
+                try:
+                    namespace[name] = decode(kind[1])
+                except ValueError:
+                    self.fail("the candidate's process sent malformed data")
+            elif kind == ("m",) and name in stdlib and name not in NOT_IMPORTED:
+                import importlib
+
+                try:  # noqa: SIM105
+                    namespace[name] = importlib.import_module(name)
+                except ImportError:  # not in this Python
+                    pass
+        return namespace
+
+    def call(self, name: str, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+        with self._lock:
+            try:
+                _send(self._calls, ("c", name, args, kwargs), self.proxies)
+            except NotPlain as e:
+                raise TypeError(f"rlx: {name}() was given {e}: only plain data crosses") from None
+            except ValueError as e:
+                raise TypeError(f"rlx: {name}() was given {e}") from None
+            except OSError:
+                self.gone()
+            reply = self.receive()
+        tag = reply[0]
+        if tag == "r" and len(reply) == 2:
+            return reply[1]
+        if tag == "n" and len(reply) == 2 and type(reply[1]) is str:
+            raise TypeError(f"rlx: {name}() returned {reply[1][:MAX_TEXT]}, not plain data")
+        if tag == "x" and len(reply) == 3 and type(reply[1]) is str and type(reply[2]) is tuple:
+            raise self.exception(reply[1], reply[2])
+        self.fail("the candidate's process sent malformed data")
+
+    def exception(self, name: str, args: tuple[object, ...]) -> Exception:
+        """The builtin exception `name` (an Exception) with `args`, else a RuntimeError naming
+        it; a BaseException that is not an Exception (SystemExit...) fails the run."""
+        cls = vars(builtins).get(name)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            if not issubclass(cls, Exception):
+                self.fail(f"the candidate raised {name} in a call", code=1)
+            try:
+                return cls(*args)
+            except Exception:
+                pass
+        text = ", ".join(map(repr, args))[:MAX_TEXT]
+        return RuntimeError(f"the candidate raised {name[:100]}: {text}")
+
+    def close(self) -> None:
+        """Ask the candidate's process to flush its output and leave (1 s at most), then kill it."""
+        import select
+
+        try:
+            _send(self._calls, ("q",))
+            if select.select([self._replies], [], [], 1.0)[0]:
+                self._replies.read(1)
+        except (OSError, ValueError):
+            pass
+        self._kill()
+
+    def _kill(self) -> int:
+        try:  # noqa: SIM105
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return os.waitpid(self.pid, 0)[1]
+
+    def gone(self) -> NoReturn:
+        """The candidate's process closed its pipe: a failure, or its signal (SIGXCPU: TLE)."""
+        status = self._kill()
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
+            sig = os.WTERMSIG(status)
+            os.write(2, f"rlx: the candidate's process died of signal {sig}\n".encode())
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        _stop(f"the candidate's process ended (wait status {status}) before the tests", code=1)
+
+    def fail(self, why: str, code: int = 3) -> NoReturn:
+        self._kill()
+        _stop(why, code)
+
+
+def _judge(script: str) -> None:
+    _undumpable()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # never a KeyboardInterrupt in the harness
+    candidate = _Candidate(script)
+    path = os.path.join(os.path.dirname(script), HARNESS)
+    with open(path, "rb") as f:
+        harness = compile(f.read(), path, "exec")
+    namespace = candidate.names()
+    try:
+        exec(harness, namespace)
+    except SystemExit as e:
+        candidate.close()
+        if e.code is not None and e.code != 0:
+            raise
+    except BaseException:
+        candidate.close()
+        raise
+    else:
+        candidate.close()
+    sys.stdout.flush()
+
+
+def main() -> None:
+    script = os.path.abspath(sys.argv[0])
+    if sys.argv[1:] == ["serve"]:
+        _serve(os.path.dirname(script))
+    _judge(script)
+
+
+if __name__ == "__main__":
+    main()
