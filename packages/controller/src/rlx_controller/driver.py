@@ -400,7 +400,10 @@ class Driver:
         # renders what the run it continues rendered
         self.tokenizer = _run_tokenizer(cfg, self.storage)
         judge = cfg.verifier.judge  # every limit and link checked against the verifier's caps
-        self.datasets = {d.name: load_dataset(d, judge=judge) for d in cfg.datasets}
+        self.datasets = {
+            d.name: load_dataset(d, field_path=f"datasets[{i}]", judge=judge)
+            for i, d in enumerate(cfg.datasets)
+        }
         self.prompt_ids = PromptIds(self.tokenizer, self.datasets, max_tokens=self.P, log=log)
         pre = load_prefilter(cfg.prefilter.file) if cfg.prefilter.file else None
         sources = _fitting_sources(
@@ -409,7 +412,8 @@ class Driver:
         self.mixture = PromptMixture(sources, seed=cfg.seed)
         self.schedule = Schedule.from_config(cfg, self.mixture)
         self.eval_sets = [
-            load_dataset(d, field_path="eval.datasets", judge=judge) for d in cfg.eval.datasets
+            load_dataset(d, field_path=f"eval.datasets[{i}]", judge=judge)
+            for i, d in enumerate(cfg.eval.datasets)
         ]
         self.eval_ids = PromptIds(
             self.tokenizer,
