@@ -5,12 +5,17 @@ Only commands that work are registered. Commands that need JAX import it inside 
 
 Errors: code that reads an input raises an RlxError naming it; `_RlxGroup` turns any that reaches
 it, from every command, into one line on stderr (`rlx: Type: message`) and exit code 1. An OSError
-(a path the system refused) gets the same treatment, naming the path, never a traceback.
+(a path the system refused) gets the same treatment, naming the path; so does any other exception,
+a native library's BaseException (`pyo3_runtime.PanicException`) included: never a traceback
+(`RLX_TRACEBACK=1` re-raises it for one). Ctrl-C, `sys.exit` and click's own usage errors pass
+through. The line is escaped (`rlx_cli.terminal`): a message quoting untrusted text cannot steer
+the terminal or forge a second line.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 from typing import Any
 
@@ -18,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
+from typer.exceptions import Abort, Exit, TyperException
 
 from rlx_cli._version import __version__
 from rlx_cli.eval_cmd import register as register_eval
@@ -29,6 +35,7 @@ from rlx_cli.provision_cmd import provision_app
 from rlx_cli.ps_cmd import ps_app
 from rlx_cli.rollouts_cmd import rollouts_app
 from rlx_cli.snapshot_cmd import snapshot_app
+from rlx_cli.terminal import one_line
 from rlx_cli.up_cmd import register as register_up
 from rlx_cli.verifier_cmd import verifier_app
 from rlx_core import DISTRIBUTIONS
@@ -40,14 +47,18 @@ __all__ = ["PACKAGES", "app"]
 PACKAGES = (*DISTRIBUTIONS, "rlx-cli")
 
 
-def error_line(e: RlxError | OSError) -> str:
-    """The one line `rlx` prints for an error that ends a command."""
-    if isinstance(e, RlxError):
-        text = f"{type(e).__name__}: {e}"
-    else:
+# what passes through `_RlxGroup` untouched: Ctrl-C, sys.exit, click's exit, abort and usage errors
+_PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit, Exit, Abort, TyperException)
+
+
+def error_line(e: BaseException) -> str:
+    """The one line `rlx` prints for an error that ends a command, escaped for the terminal."""
+    if isinstance(e, OSError) and e.strerror:
         where = f": {e.filename}" if e.filename is not None else ""
-        text = f"{e.strerror or type(e).__name__}{where}"
-    return "rlx: " + " ".join(text.split())
+        text = f"{e.strerror}{where}"
+    else:
+        text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return "rlx: " + one_line(text)
 
 
 class _RlxGroup(TyperGroup):
@@ -57,7 +68,11 @@ class _RlxGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # a click Context (typer vendors click)
         try:
             return super().invoke(ctx)
-        except (RlxError, OSError) as e:
+        except _PASS_THROUGH:
+            raise
+        except BaseException as e:  # a native library's panic is a BaseException
+            if os.environ.get("RLX_TRACEBACK") and not isinstance(e, RlxError):
+                raise
             typer.echo(error_line(e), err=True)
             raise typer.Exit(1) from None
 

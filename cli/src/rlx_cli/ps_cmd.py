@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rlx_cli.terminal import cell
 from rlx_core.errors import RlxError
 
 __all__ = ["ps_app"]
@@ -94,7 +95,11 @@ def versions(
         if v.confirmed_by:
             confirmed += " (" + ", ".join(v.confirmed_by) + ")"
         table.add_row(
-            str(v.version), _size(v.nbytes), _age(now - v.created), str(v.num_tensors), confirmed
+            str(v.version),
+            _size(v.nbytes),
+            _age(now - v.created),
+            str(v.num_tensors),
+            cell(confirmed),
         )
     console.print(table)
     if not info.versions:
@@ -104,4 +109,5 @@ def versions(
     if info.staged:
         console.print(f"staged (not committed): {', '.join(map(str, info.staged))}")
     if consumers:
-        console.print("consumers: " + ", ".join(f"{c}={info.consumers[c]}" for c in consumers))
+        line = "consumers: " + ", ".join(f"{c}={info.consumers[c]}" for c in consumers)
+        console.print(cell(line), soft_wrap=True)

@@ -17,6 +17,7 @@ the compiler's output. A line above counts the step's verdicts (every sample of 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,9 +27,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from rlx_cli.terminal import cell, escape
 from rlx_core.errors import NotFound, RlxError
 
 __all__ = ["rollouts_app"]
+
+_C1 = re.compile("[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 rollouts_app = typer.Typer(
     help="Read a run's rollout log: what was generated and how it was scored.",
@@ -37,7 +41,7 @@ rollouts_app = typer.Typer(
 
 
 def _warn(message: str) -> None:
-    typer.echo(f"rlx rollouts: {message}", err=True)
+    typer.echo("rlx rollouts: " + escape(message), err=True)
 
 
 def _tokenizer(storage: Any) -> Any:
@@ -120,11 +124,12 @@ def _tests_cell(row: dict[str, Any]) -> str:
 
 
 def _response_cell(row: dict[str, Any]) -> Text:
-    """The response, then the verifier's message and the compiler's output, dimmed."""
-    text = Text(row["response"])
+    """The response, then the verifier's message and the compiler's output, dimmed; each
+    escaped (`rlx_cli.terminal`: its lines kept, nothing in it steers the terminal)."""
+    text = cell(row["response"], newlines=True)
     for extra in (row["message"], row["compile_output"]):
         if extra:
-            text.append("\n" + extra.rstrip(), style="dim")
+            text.append("\n" + escape(extra.rstrip(), newlines=True), style="dim")
     return text
 
 
@@ -152,21 +157,21 @@ def _print_tables(console: Console, rows: list[dict[str, Any]]) -> None:
             table.add_row(
                 str(row["sample"]),
                 Text("excluded", style="dim") if reward is None else f"{reward:g}",
-                Text(row["status"], style="green" if row["status"] == "AC" else "red"),
-                row["finish"],
+                cell(row["status"], style="green" if row["status"] == "AC" else "red"),
+                cell(row["finish"]),
                 str(row["tokens"]),
-                _tests_cell(row),
+                cell(_tests_cell(row)),
                 _response_cell(row),
             )
         prompt = first["prompt"]
         shown = (
-            Text(prompt)
+            cell(prompt, newlines=True)
             if prompt is not None
             else Text(f"ids {first['prompt_ids']}" if first["prompt_ids"] else "(ids not logged)")
         )
         title = f"{first['prompt_id']}  version {first['version']}  {first['unit_id']}"
         console.print(
-            Panel(Group(shown, table), title=Text(title, style="bold"), title_align="left")
+            Panel(Group(shown, table), title=cell(title, style="bold"), title_align="left")
         )
         at = end
 
@@ -216,15 +221,20 @@ def show(
         if len(rows) == limit:
             break
     if json_output:
-        for row in rows:
-            typer.echo(json.dumps(row, ensure_ascii=False))
+        for row in rows:  # JSON escapes C0 controls itself; DEL and C1 ones too here
+            typer.echo(
+                _C1.sub(lambda m: f"\\u{ord(m[0]):04x}", json.dumps(row, ensure_ascii=False))
+            )
         return
     console = Console()
     console.print(
-        f"step {step} of {paths.uri}: {len(batches[step])} work units logged; "
-        f"{len(rows)} samples shown (--limit {limit})",
+        cell(
+            f"step {step} of {paths.uri}: {len(batches[step])} work units logged; "
+            f"{len(rows)} samples shown (--limit {limit})"
+        ),
         soft_wrap=True,
     )
     counts = _verdict_counts(log, batches[step])
-    console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()), soft_wrap=True)
+    line = "verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+    console.print(cell(line), soft_wrap=True)
     _print_tables(console, rows)

@@ -14,7 +14,9 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from rlx_cli.terminal import cell, escape
 from rlx_core.errors import RlxError
 
 __all__ = ["snapshot_app"]
@@ -72,19 +74,25 @@ def list_(
         return
     console = Console()
     if not entries:
-        console.print(f"no snapshots under {run}")
+        console.print(cell(f"no snapshots under {run}"))
         return
-    table = Table(title=f"snapshots of {run}")
+    table = Table(title=cell(f"snapshots of {run}"))
     for column in ("step", "version", "checkpoint", "reason", "written", "status"):
         table.add_column(column, justify="right" if column in ("step", "version") else "left")
     for e in entries:
         s = e.snapshot
         if s is None:
-            table.add_row(str(e.step), "-", "-", "-", "-", f"[red]CORRUPT[/red] {e.problem}")
+            status = Text("CORRUPT ", style="red").append(escape(str(e.problem)))
+            table.add_row(str(e.step), "-", "-", "-", "-", status)
             continue
         ckpt = "initial" if s.checkpoint_step is None else str(s.checkpoint_step)
         table.add_row(
-            str(e.step), str(s.version), ckpt, s.reason, _when(s.created_unix), "[green]ok[/green]"
+            str(e.step),
+            str(s.version),
+            ckpt,
+            cell(s.reason),
+            _when(s.created_unix),
+            "[green]ok[/green]",
         )
     console.print(table)
 
@@ -108,13 +116,13 @@ def inspect(
     except RlxError as err:
         _fail(f"{run}: {type(err).__name__}: {err}")
     for message in skipped:
-        typer.echo(f"rlx snapshot: {message}", err=True)
+        typer.echo("rlx snapshot: " + escape(message), err=True)
     data = snap.to_dict()
     if json_output:
         typer.echo(json.dumps(data))
         return
     console = Console()
-    console.print(f"snapshot of {run} at step {snap.step} ({snap.reason})", soft_wrap=True)
+    console.print(cell(f"snapshot of {run} at step {snap.step} ({snap.reason})"), soft_wrap=True)
     table = Table(show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
@@ -133,5 +141,5 @@ def inspect(
             shown = json.dumps(value)
         else:
             shown = str(value)
-        table.add_row(name, shown)
+        table.add_row(name, cell(shown, newlines=True))
     console.print(table)

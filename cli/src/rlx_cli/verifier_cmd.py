@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rlx_cli.terminal import cell
 from rlx_core.errors import RlxError
 
 __all__ = ["verifier_app"]
@@ -111,7 +112,7 @@ def status(
     table.add_column("language")
     table.add_column("toolchain")
     for name, version in sorted(info.toolchains.items()):
-        table.add_row(name, version)
+        table.add_row(cell(name), cell(version))
     Console().print(table)
     typer.echo(
         f"workers {info.workers}, queued {info.queued}, running {info.running}, "
