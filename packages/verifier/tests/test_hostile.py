@@ -257,7 +257,7 @@ TRICKS: list[tuple[str, str, str, str, set[str]]] = [
         "    if event == 'line' and frame.f_code.co_filename == 'harness.py':\n"
         "        frame.f_lineno = frame.f_lineno + 1\n    return t\nsys.settrace(t)",
         HARNESS,
-        {"WA", "RE"},  # RE: the harness denies sys.settrace
+        {"WA"},  # the tracer runs in the candidate's process, the asserts in the judge's
     ),
     (
         "py redefining check",

@@ -1,7 +1,9 @@
 """Reward hacks against the assert-style judge: a wrong candidate that exits "successfully" from
 inside the tests, finds the per-request marker (in a file, the environment, argv, stdin, the
 interpreter's frames) or prints it before the harness runs, must never be AC; and an output that
-hangs a special checker is the program's WA, not INFRA."""
+hangs a special checker is the program's WA, not INFRA. (Python has no marker: its verdict is the
+exit status of a judge process the candidate's code never runs in; its own hacks are in
+test_judge_python.py. A Python candidate printing a token it found still must not pass.)"""
 
 # ruff: noqa: E501  (embedded programs keep their own line lengths)
 
