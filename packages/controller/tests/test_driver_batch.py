@@ -225,5 +225,15 @@ def test_judge_metrics_per_dataset_rewards_verdicts_and_costs() -> None:
     assert np.isclose(out["verifier/run_s"], 0.09 / 3)
     assert np.isclose(out["verifier/check_s"], 0.02 / 3)
     assert out["verifier/wait_s"] == 0.25
+    assert out["verifier_errors"] == 0  # INFRA is not a refusal
     # a math-only batch has no verifier cost fields beyond the wait
-    assert set(_judge_metrics([math], [unit])) == {"reward/gsm.v2", "verdicts", "verifier/wait_s"}
+    assert set(_judge_metrics([math], [unit])) == {
+        "reward/gsm.v2",
+        "verdicts",
+        "verifier/wait_s",
+        "verifier_errors",
+    }
+    # samples the verifier refused (ERROR) count in every unit of the batch, trained on or not
+    refused = dataclasses.replace(code, samples=(sample("ERROR", None), sample("ERROR", None)))
+    other = dataclasses.replace(unit, groups=(refused,))
+    assert _judge_metrics([math], [unit, other])["verifier_errors"] == 2

@@ -56,6 +56,4 @@ def loads_bounded(data: bytes | str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     try:
         return json.loads(raw)
     except RecursionError:  # not reached after the scan; kept so no caller sees a traceback
-        raise ValueError(
-            f"nested deeper than {max_depth} levels of arrays and objects"
-        ) from None
+        raise ValueError(f"nested deeper than {max_depth} levels of arrays and objects") from None
