@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rlx_core.clients.verifier import SampleResult, VerifySample
-from rlx_verifier import Repositories, Verifier, judge_sample
+from rlx_verifier import Repositories, Verifier, assert_python, judge_sample
 
 ADD = "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"
 ALWAYS_EQUAL = (
@@ -368,3 +368,16 @@ def test_instances_and_functions_do_not_cross(verifier: Verifier) -> None:
     apply = "def apply(f, x):\n    return f(x)\n"
     r = verifier.run_program("python", apply, harness="assert apply(lambda x: x, 1) == 1\n")
     assert r.status == "RE" and "apply() was given a builtins.function" in r.tests[0].stderr
+
+
+def test_a_sandbox_python_of_another_bytecode_compiles_the_judge(
+    verifier: Verifier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the judge's code as marshalled by a Python whose magic number the sandbox's does not have
+    assert_python.compose("main.py", "", "")  # the judge's files made
+    code = assert_python._FILES[assert_python.JUDGE_CODE]
+    monkeypatch.setitem(assert_python._FILES, assert_python.JUDGE_CODE, "00000000" + code[8:])
+    right = "def add(a, b):\n    return a + b  # compiled judge\n"
+    assert verifier.run_program("python", right, harness=ADD).status == "AC"
+    wrong = right.replace("a + b", "a - b")
+    assert verifier.run_program("python", wrong, harness=ADD).status == "WA"

@@ -27,7 +27,7 @@ BaseException of the candidate's, or a candidate process that dies or breaks the
 the run. The judge exits 0 only when the harness ran to its end (or exited with status 0 itself);
 a candidate killed by a signal (SIGXCPU: its CPU limit) takes the judge down with that signal.
 
-As a script this file imports nothing at start but builtins, os, signal and sys (each import is
+As a script this file imports nothing at start but builtins, os, _signal and sys (each import is
 start-up time of both processes).
 """
 
@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import builtins
 import os
-import signal
 import sys
+
+# _signal, not signal: that one imports enum, start-up time of both processes
+signal = __import__("_signal")
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,6 +49,8 @@ __all__ = ["CANDIDATE", "HARNESS", "MAX_DEPTH", "MAX_MESSAGE", "compose", "decod
 
 CANDIDATE = "rlx_candidate.py"  # the candidate's source, next to the entry point
 HARNESS = "rlx_harness.py"  # the tests
+JUDGE_SOURCE = "rlx_judge.py"  # this module's source
+JUDGE_CODE = "rlx_judge.code"  # its code object, marshalled
 MAX_DEPTH = 100  # containers nested deeper are not plain data
 MAX_MESSAGE = 32 << 20  # bytes of one message (the names, a call or a reply)
 MAX_VALUE = 1 << 20  # characters of one top-level value the candidate reports (larger: left out)
@@ -61,12 +65,42 @@ NOT_IMPORTED = frozenset(
 )
 
 
+# The entry point runs this module's code object as the verifier's Python marshalled it (JUDGE_CODE:
+# the magic number, a newline, the hex of the code) when the sandbox's Python reads the same
+# bytecode, else compiles its source (JUDGE_SOURCE): compiling this file costs about as much as
+# starting the interpreter, in each of the two processes.
+_ENTRY = """import sys
+folder = __file__.rpartition("/")[0] or "."
+try:
+    from _frozen_importlib_external import MAGIC_NUMBER
+    import marshal
+    with open(folder + "/{code_file}") as f:
+        magic, _, text = f.read().partition("\\n")
+    code = marshal.loads(bytes.fromhex(text)) if magic == MAGIC_NUMBER.hex() else None
+except Exception:
+    code = None
+if code is None:
+    with open(folder + "/{source_file}", "rb") as f:
+        code = compile(f.read(), "{source_file}", "exec", dont_inherit=True)
+exec(code, {{"__name__": "__main__", "__builtins__": __builtins__}})
+"""
+_FILES: dict[str, str] = {}  # the judge's files, made once
+
+
 def compose(entry: str, candidate: str, harness: str) -> dict[str, str]:
     """The files of one assert-style Python program ({file name: text}): `entry` (what the
-    language runs) is this module, the judge."""
-    with open(__file__, encoding="utf-8") as f:
-        judge = f.read()
-    return {entry: judge, CANDIDATE: candidate, HARNESS: harness}
+    language runs) starts this module, the judge."""
+    if not _FILES:
+        import marshal
+        from importlib.util import MAGIC_NUMBER
+
+        with open(__file__, encoding="utf-8") as f:
+            source = f.read()
+        code = compile(source, JUDGE_SOURCE, "exec", dont_inherit=True, optimize=0)
+        _FILES[JUDGE_CODE] = f"{MAGIC_NUMBER.hex()}\n{marshal.dumps(code).hex()}"
+        _FILES[JUDGE_SOURCE] = source
+    entry_text = _ENTRY.format(code_file=JUDGE_CODE, source_file=JUDGE_SOURCE)
+    return {entry: entry_text, **_FILES, CANDIDATE: candidate, HARNESS: harness}
 
 
 # --- plain data --------------------------------------------------------------------------------
