@@ -49,9 +49,10 @@ STATUSES = ("AC", "WA", "PE", "TLE", "MLE", "RE", "CE", "INFRA")
 # stderr of a failed assertion: Python, C/C++ (glibc), Rust (Go's testing prints "--- FAIL:"
 # on stdout)
 # Assert-style languages whose verdict still needs the per-request marker (the harness runs in
-# the candidate's process); the others judge in a process that never loaded the candidate
-# (Python: rlx_verifier.assert_python, where the judge's exit status is the verdict).
-MARKED_LANGUAGES = frozenset({"cpp", "rust", "go"})
+# the candidate's process); the others judge in a process that never loaded the candidate (C++
+# and Rust: rlx_verifier.assert_native, Python: rlx_verifier.assert_python, where the judge's
+# exit status is the verdict).
+MARKED_LANGUAGES = frozenset({"go"})
 ASSERT_MARKERS = (b"AssertionError", b"Assertion `", b"assertion `left == right` failed")
 
 
@@ -325,9 +326,11 @@ class Verifier:
             seed = self._go_seed(lang) if lang.name == "go" else None
             if seed is not None:
                 binds.append((seed, GO_SEED))
+        # an assert-style C++ or Rust build compiles two programs, one after the other
+        steps = 2 if test and lang.name in ("cpp", "rust") else 1
         limits = Limits(
             cpu_s=lang.compile_s,
-            wall_s=lang.compile_s * 2 + 5,
+            wall_s=(lang.compile_s * 2 + 5) * steps,
             memory_mb=lang.compile_as_mb,
             nproc=64,
             output_mb=256,

@@ -8,7 +8,6 @@ while it compiles). Toolchains outside /usr are bound read-only under /opt.
 from __future__ import annotations
 
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -17,19 +16,14 @@ from dataclasses import dataclass, field
 from rlx_core.configs.verifier import LANGUAGES, canonical_language
 from rlx_core.errors import InvalidArgument, Unimplemented
 from rlx_verifier import assert_python
+from rlx_verifier.assert_native import compose_cpp, compose_rust
 
 __all__ = ["LANGUAGES", "Language", "compose_assert_program", "detect_languages"]
 
 PYTHON = "/usr/bin/python3"
 GOCODE = "/usr/share/gocode"  # Debian's GOPATH of packaged Go libraries (testify)
 GO_SEED = "/opt/goseed"  # where a Go build-cache seed is bound for assert-style builds
-PRELUDE = "rlx_prelude.s"  # the assert-style entry point of C++ and Rust programs (x86_64)
-# Assert-style C++ and Rust link statically with the prelude's entry point: it runs before the C
-# library, ifunc resolvers and every constructor, so before any candidate code.
-ENTRY = "-Wl,-e,rlx_entry"
-X86_64 = platform.machine() == "x86_64"
 RUSTC = ("/opt/rust/bin/rustc", "-O", "--edition", "2021", "-o", "main", "main.rs")
-RUST_STATIC = ("-C", "target-feature=+crt-static")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,10 +80,12 @@ def _cpp() -> Language | None:
         run=("/prog/main",),
         version=version,
         memory_markers=(b"std::bad_alloc",),
+        # assert style: the judge (harness + proxies, /prog/main) and the candidate binary
         test_compile=(
-            (gxx, "-O2", "-std=c++17", "-pipe", "-static", ENTRY, "-o", "main", "main.cpp", PRELUDE)
-            if X86_64
-            else ()
+            "/bin/sh",
+            "-c",
+            f"{gxx} -O0 -std=c++17 -pipe -o main judge.cpp && "
+            f"exec {gxx} -O2 -std=c++17 -pipe -o candidate candidate.cpp",
         ),
     )
 
@@ -112,10 +108,12 @@ def _rust() -> Language | None:
         binds=((sysroot, "/opt/rust"),),
         version=version,
         memory_markers=(b"memory allocation of",),
+        # assert style: the judge (harness + proxies, /prog/main) and the candidate binary
         test_compile=(
-            (*RUSTC, *RUST_STATIC, "-C", f"link-arg={ENTRY}", "-C", f"link-arg=/build/{PRELUDE}")
-            if X86_64
-            else ()
+            "/bin/sh",
+            "-c",
+            "/opt/rust/bin/rustc -C opt-level=0 --edition 2021 -o main judge.rs && "
+            "exec /opt/rust/bin/rustc -O --edition 2021 -o candidate candidate.rs",
         ),
     )
 
@@ -223,12 +221,13 @@ def compose_assert_program(lang: Language, candidate: str, harness: str) -> dict
     if lang.name == "python":
         # two processes, no marker: see rlx_verifier.assert_python
         return assert_python.compose(lang.source, candidate, harness)
-    if lang.name in ("cpp", "rust") and not lang.test_compile:
-        raise Unimplemented(f"assert-style {lang.name} needs x86_64 (its prelude is assembly)")
-    if lang.name == "cpp":
-        return {lang.source: _compose_cpp(candidate, harness), PRELUDE: _PRELUDE_X86_64}
-    if lang.name == "rust":
-        return {lang.source: _compose_rust(candidate, harness), PRELUDE: _PRELUDE_X86_64}
+    if lang.name in ("cpp", "rust"):
+        # two programs, no marker: see rlx_verifier.assert_native
+        compose = compose_cpp if lang.name == "cpp" else compose_rust
+        try:
+            return compose(candidate, harness)
+        except ValueError as e:
+            raise InvalidArgument(str(e), field="harness") from e
     if lang.name == "go":
         if not lang.test_compile:
             raise Unimplemented(
@@ -237,162 +236,6 @@ def compose_assert_program(lang: Language, candidate: str, harness: str) -> dict
             )
         return _compose_go(candidate, harness)
     raise Unimplemented(f"assert-style judging is not available for {lang.name}")
-
-
-# The entry point of assert-style C++ and Rust programs, linked statically with `-e rlx_entry`:
-# it runs before the C library starts (so before ifunc resolvers, preinit/init arrays and static
-# constructors), reads the marker line from stdin one byte at a time into a buffer no other object
-# can name, moves the rest of stdin to a fresh memfd on fd 0, then jumps to the C library's
-# `_start`. Its `main` calls `rlx_run_tests_` (the harness) and writes the marker if that
-# returned 0. No calls into the C library: nothing the candidate defines can run before it.
-_PRELUDE_X86_64 = r"""
-    .text
-    .globl rlx_entry
-    .type rlx_entry, @function
-rlx_entry:
-    mov %rsp, %r12
-    and $-16, %rsp
-    movb $10, rlx_mark(%rip)
-    mov $1, %r13d
-.Lread:
-    xor %eax, %eax
-    xor %edi, %edi
-    lea rlx_mark(%rip), %rsi
-    add %r13, %rsi
-    mov $1, %edx
-    syscall
-    cmp $1, %rax
-    jne .Lfail
-    lea rlx_mark(%rip), %rsi
-    movzbl (%rsi,%r13), %eax
-    inc %r13
-    cmp $10, %eax
-    je .Lrest
-    cmp $63, %r13
-    jb .Lread
-    jmp .Lfail
-.Lrest:
-    mov %r13, rlx_mark_len(%rip)
-    mov $319, %eax
-    lea .Lname(%rip), %rdi
-    xor %esi, %esi
-    syscall
-    test %rax, %rax
-    js .Lfail
-    mov %rax, %r14
-.Lcopy:
-    xor %eax, %eax
-    xor %edi, %edi
-    lea rlx_buf(%rip), %rsi
-    mov $65536, %edx
-    syscall
-    test %rax, %rax
-    js .Lfail
-    jz .Lcopied
-    mov %rax, %r15
-    lea rlx_buf(%rip), %rbx
-.Lwrite:
-    mov $1, %eax
-    mov %r14, %rdi
-    mov %rbx, %rsi
-    mov %r15, %rdx
-    syscall
-    test %rax, %rax
-    jle .Lfail
-    add %rax, %rbx
-    sub %rax, %r15
-    jnz .Lwrite
-    jmp .Lcopy
-.Lcopied:
-    mov $8, %eax
-    mov %r14, %rdi
-    xor %esi, %esi
-    xor %edx, %edx
-    syscall
-    mov $33, %eax
-    mov %r14, %rdi
-    xor %esi, %esi
-    syscall
-    test %rax, %rax
-    js .Lfail
-    mov $3, %eax
-    mov %r14, %rdi
-    syscall
-    mov %r12, %rsp
-    xor %edx, %edx
-    jmp _start
-.Lfail:
-    mov $231, %eax
-    mov $99, %edi
-    syscall
-
-    .globl main
-    .type main, @function
-main:
-    push %rbx
-    call rlx_run_tests_
-    test %eax, %eax
-    jnz .Ldone
-    mov $1, %eax
-    mov $1, %edi
-    lea rlx_mark(%rip), %rsi
-    mov rlx_mark_len(%rip), %rdx
-    syscall
-    cmp rlx_mark_len(%rip), %rax
-    mov $0, %eax
-    je .Ldone
-    mov $98, %eax
-.Ldone:
-    pop %rbx
-    ret
-
-    .section .rodata
-.Lname:
-    .asciz "rlx-stdin"
-    .local rlx_mark
-    .comm rlx_mark, 64, 16
-    .local rlx_mark_len
-    .comm rlx_mark_len, 8, 8
-    .local rlx_buf
-    .comm rlx_buf, 65536, 32
-    .section .note.GNU-stack, "", @progbits
-"""
-
-_RUST_TEST = re.compile(r"#\[test\](?:\s*//[^\n]*)*\s*(?:pub\s+)?fn\s+(\w+)")
-_RUST_MOD = re.compile(r"#\[cfg\(test\)\]\s*mod\s+(\w+)")
-# The harness's assertion macros by path: a candidate's `macro_rules! assert_eq` cannot shadow them.
-_RUST_ASSERT = re.compile(r"(?<![\w:])((?:debug_)?assert(?:_eq|_ne)?)!")
-
-
-def _compose_rust(candidate: str, harness: str) -> str:
-    """`#[test]` functions become plain public functions that `rlx_run_tests_` (called by the
-    prelude's `main`; the crate is `#![no_main]`) calls in order; a failed `assert!` panics and
-    makes it return 101."""
-    names = _RUST_TEST.findall(harness)
-    if not names:
-        raise InvalidArgument("a Rust harness needs at least one #[test] function")
-    module = _RUST_MOD.search(harness)
-    body = _RUST_MOD.sub(r"mod \1", harness)
-    body = _RUST_TEST.sub(r"pub fn \1", body)
-    body = _RUST_ASSERT.sub(r"::std::\1!", body)
-    if module is not None:
-        body = re.sub(rf"\bmod\s+{module.group(1)}\b", f"pub mod {module.group(1)}", body, count=1)
-    path = f"{module.group(1)}::" if module is not None else ""
-    calls = "".join(f"        {path}{n}();\n" for n in names)
-    return (
-        f"#![no_main]\n{candidate}\n{body}\n"
-        "#[no_mangle]\n"
-        'pub extern "C" fn rlx_run_tests_() -> i32 {\n'
-        "    let passed = ::std::panic::catch_unwind(|| {\n"
-        f"{calls}"
-        "    })\n"
-        "    .is_ok();\n"
-        "    if ::std::io::Write::flush(&mut ::std::io::stdout()).is_err() {\n"
-        "        return 98;\n"
-        "    }\n"
-        "    if passed { 0 } else { 101 }\n"
-        "}\n"
-    )
 
 
 _GO_PACKAGE = re.compile(r"^\s*package\s+\w+\s*;?\s*$", re.MULTILINE)
@@ -509,31 +352,3 @@ def _compose_go(candidate: str, harness: str) -> dict[str, str]:
     program = f"package main\n\nimport (\n{imports})\n{cand}\n{test}\n"
     prelude = _GO_PRELUDE.replace("{run}", f"^({'|'.join(names)})$")
     return {"main_test.go": program, "0_rlx_prelude_test.go": prelude}
-
-
-_MAIN = re.compile(r"\bint\s+main\s*\(")
-
-
-def _compose_cpp(candidate: str, harness: str) -> str:
-    """The harness's `main` renamed; `rlx_run_tests_`, called by the prelude's `main`, runs it.
-    `assert` is re-included after the candidate, so a candidate cannot neutralise it."""
-    if not _MAIN.search(harness):
-        raise InvalidArgument("a C++ harness needs a main function")
-    body = harness.rstrip()
-    if not body.endswith("}"):
-        raise InvalidArgument("a C++ harness must end with the closing brace of main")
-    # `return 0;` before main's last brace: the renamed main is an ordinary function, where
-    # falling off the end would be undefined behaviour.
-    body = body[:-1] + "\n    return 0;\n}\n"
-    return (
-        f"{candidate}\n"
-        "#undef NDEBUG\n#undef assert\n#include <cassert>\n#undef main\n"
-        "#define main rlx_harness_main_\n"
-        f"{body}\n"
-        "#undef main\n#include <cstdio>\n#include <iostream>\n"
-        'extern "C" int rlx_run_tests_() {\n'
-        "    int rc = rlx_harness_main_();\n"
-        "    std::cout.flush();\n"
-        "    std::fflush(stdout);\n"
-        "    return rc;\n}\n"
-    )
