@@ -73,7 +73,7 @@ MAX_LINE_BYTES = 128 << 20  # one JSONL line (one record)
 MAX_PARQUET_ROWS_PER_BYTE = 8  # rows a Parquet footer may claim per byte of the file
 _PIECE = 16 << 20  # bytes decompressed (or sliced) at a time
 _PARQUET_BATCH = 1024  # Parquet rows decoded at a time
-_NONBLANK = re.compile(rb"\S")
+_BLANKS = re.compile(rb"\s*")  # a run of blank lines (bytes.strip's whitespace)
 
 
 @dataclass(frozen=True)
@@ -132,14 +132,22 @@ def _too_long(uri: str, number: int) -> InvalidArgument:
     )
 
 
+def _after_blanks(block: bytes, at: int) -> int:
+    """The position of the first byte at or after `at` that is not whitespace."""
+    m = _BLANKS.match(block, at)
+    return m.end() if m is not None else at
+
+
 def _block_records(uri: str, block: bytes, number: int) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, JSON object) per non-blank line of `block`, whose first line is `number`.
-    Blank lines are skipped by searches over the block, never one at a time."""
+    Blank lines are skipped in runs, never one at a time."""
+    if block.isspace():
+        return
     at = 0  # `number` is the line holding block[at]
-    while (m := _NONBLANK.search(block, at)) is not None:
-        start = block.rfind(b"\n", at, m.start()) + 1 or at
+    while (first := _after_blanks(block, at)) < len(block):
+        start = block.rfind(b"\n", at, first) + 1 or at
         number += block.count(b"\n", at, start)
-        end = block.find(b"\n", m.start())
+        end = block.find(b"\n", first)
         end = len(block) if end < 0 else end
         if end - start > MAX_LINE_BYTES:
             raise _too_long(uri, number)
