@@ -319,3 +319,52 @@ def test_s3_run_exports_the_same_bytes(run: Run, tmp_path: Path, new_root: objec
         assert (remote / p.name).read_bytes() == p.read_bytes(), p.name
     # nothing but the export was left on this machine
     assert sorted(p.name for p in tmp_path.iterdir()) == ["from-s3", "local"]
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under `root` with its bytes (None for a directory)."""
+    return {
+        str(p.relative_to(root)): None if p.is_dir() else p.read_bytes()
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_an_out_that_is_holds_or_sits_in_a_run_is_refused(run: Run, tmp_path: Path) -> None:
+    """--out the run itself, its checkpoints, or a directory holding it: refused with or
+    without --force before anything is written; the run keeps every file, byte for byte."""
+    copy = tmp_path / "runs" / "r1"
+    shutil.copytree(run.dir, copy)
+    before = _tree(tmp_path)
+    for out in (copy, copy / "checkpoints", copy / "checkpoints" / "new", copy.parent, tmp_path):
+        for force in (["--force"], []):
+            line = _fails(["export", str(copy), "--out", str(out), *force], "rlx: InvalidArgument:")
+            assert line.startswith(f"rlx: InvalidArgument: --out {out}: "), line
+            assert _tree(tmp_path) == before, (out, force)
+    # the copy is a run that exports: the refusals were about --out alone
+    rlx("export", str(copy), "--out", str(tmp_path / "exported"))
+    assert (tmp_path / "exported" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_force_through_a_symlink_replaces_where_it_points(run: Run, tmp_path: Path) -> None:
+    """The new tree is built beside the link's target and swapped in: the link stays, the old
+    contents go, and nothing (`.NAME.old-*`, `.NAME.partial-*`) is left beside either."""
+    target = tmp_path / "models" / "latest-v1"
+    target.mkdir(parents=True)
+    (target / "old.txt").write_text("the previous export")
+    link = tmp_path / "latest"
+    link.symlink_to(target)
+    text = rlx("export", str(run.dir), "--out", str(link), "--force").stdout
+    assert f"to {link}" in text
+    assert link.is_symlink() and link.resolve() == target
+    assert {p.name for p in target.iterdir()} == {
+        "config.json",
+        "model.safetensors",
+        "chat_template.jinja",
+        *TOKENIZER,
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "models"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["latest-v1"]

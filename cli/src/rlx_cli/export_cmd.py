@@ -8,13 +8,19 @@ rlx export RUN --version 42 --out DIR   # version 42, pulled from the run's live
 DIR gets `config.json` and `model.safetensors` (HF tensor names, in the dtype the trainer holds
 params in), and the tokenizer files of the run's base model (`[model] path`) that it has. It is
 written under a temporary name beside DIR and renamed at the end, so a failed export leaves
-nothing; a DIR that is not empty is replaced only with --force. JAX is imported inside the
-command, so `rlx --help` stays fast.
+nothing; a DIR that is not empty is replaced only with --force, in one atomic exchange of the two
+directories (through a symlink: the directory it points to; the link stays). DIR may not be,
+contain or lie inside a run directory (one holding `config.toml` or `run.json`), the run's own
+directory or its work directory, with or without --force: that is refused before
+anything is written. JAX is imported inside the command, so `rlx --help` stays fast.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import math
+import os
 import shutil
 import tempfile
 import tomllib
@@ -54,21 +60,97 @@ def _run_config(paths: RunPaths) -> tuple[RunConfig, dict[str, Any]]:
     return loads_run_config(text), tomllib.loads(text)
 
 
-def _check_out(out: Path, force: bool) -> None:
+def _run_mark(directory: Path) -> str | None:
+    """What marks `directory` as a run directory (rlx_controller.rundir: `rlx up` writes its
+    config.toml first, the controller its run.json), or None."""
+    from rlx_controller.rundir import CONFIG_FILE, RUN_INFO
+
+    for name in (CONFIG_FILE, RUN_INFO):
+        if (directory / name).is_file():
+            return name
+    return None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _check_not_a_run(out: Path, paths: RunPaths) -> None:
+    """InvalidArgument when `out` (symlinks resolved) is, contains or lies inside a run
+    directory, the run's own directory or its work directory: replacing it would destroy a run."""
+    target = out.resolve()
+    own = [Path(paths.work).resolve()]
+    if not paths.remote:
+        own.append(Path(paths.uri).resolve())
+    for root in own:
+        if _inside(target, root) or _inside(root, target):
+            raise InvalidArgument(
+                f"--out {out}: the run's own directory is {root}; an export may not replace, "
+                "hold or sit inside it"
+            )
+    for d in (target, *target.parents):
+        mark = _run_mark(d) if d.is_dir() else None
+        if mark is not None:
+            raise InvalidArgument(
+                f"--out {out}: {d} is a run directory (it holds {mark}); an export may not "
+                "replace it or sit inside it"
+            )
+    if target.is_dir():
+        for top, dirs, _ in os.walk(target):  # symlinked directories are not followed
+            for name in dirs:
+                mark = _run_mark(Path(top, name))
+                if mark is not None:
+                    raise InvalidArgument(
+                        f"--out {out}: it holds the run directory {Path(top, name)} (with "
+                        f"{mark}); replacing it would delete that run"
+                    )
+
+
+def _check_out(out: Path, force: bool, paths: RunPaths) -> None:
+    """Everything refused about --out, before anything is written."""
     if out.exists() and not out.is_dir():
         raise InvalidArgument(f"--out {out}: exists and is not a directory")
+    _check_not_a_run(out, paths)
     if out.is_dir() and any(out.iterdir()) and not force:
         raise AlreadyExists(f"--out {out}: not empty (--force replaces it)")
 
 
+_RENAME_EXCHANGE = 2  # renameat2's flag: swap two paths atomically (Linux >= 3.15)
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the directories `a` and `b` in one step; False where the system cannot."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    done = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if done == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):  # a file system without it
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
 def _publish(staged: Path, out: Path) -> None:
-    """Put the finished `staged` directory at `out` (replacing what is there)."""
-    if not out.exists():
-        staged.rename(out)
+    """Put the finished `staged` directory at `out` (through a symlink: where it points),
+    replacing what is there in one exchange; `staged` is gone afterwards, or, on an error,
+    whatever was at `out` is still there."""
+    target = out.resolve()
+    if not target.exists():
+        staged.rename(target)
         return
-    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-    out.rename(old)
-    staged.rename(out)
+    if _exchange(staged, target):
+        shutil.rmtree(staged)  # now the old directory
+        return
+    old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+    target.rename(old)
+    try:
+        staged.rename(target)
+    except BaseException:
+        old.rename(target)
+        raise
     shutil.rmtree(old)
 
 
@@ -174,11 +256,12 @@ def export(
     if step is not None and version is not None:
         raise InvalidArgument("give --step or --version, not both")
     out = out.absolute()
-    _check_out(out, force)
     paths = RunPaths.of(run, work_dir)
     cfg, tables = _run_config(paths)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staged = out.with_name(f".{out.name}.partial-{uuid.uuid4().hex[:8]}")
+    _check_out(out, force, paths)
+    target = out.resolve()  # through a symlink: the new tree is built beside where it points
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".{target.name}.partial-{uuid.uuid4().hex[:8]}")
     staged.mkdir()
     try:
         # a run config without [model] path (a random-init built-in model) has no tokenizer
@@ -192,7 +275,7 @@ def export(
             ) from None
 
         if version is None:
-            with tempfile.TemporaryDirectory(prefix=".rlx-export-", dir=out.parent) as staging:
+            with tempfile.TemporaryDirectory(prefix=".rlx-export-", dir=target.parent) as staging:
                 step, model = export_checkpoint(
                     join_uri(paths.uri, "checkpoints"), staged, step=step, staging_dir=staging
                 )
@@ -201,7 +284,7 @@ def export(
             tensors = _pull(paths, tables, version)
             model = export_tensors(tensors, _base_architecture(cfg), staged)
             source = f"version {version} (from the paramserver)"
-        _check_out(out, force)  # nothing appeared there meanwhile
+        _check_out(out, force, paths)  # nothing appeared there meanwhile
         _publish(staged, out)
     except BaseException:  # an error or Ctrl-C: no half directory
         shutil.rmtree(staged, ignore_errors=True)
