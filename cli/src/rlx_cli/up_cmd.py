@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shutil
 import signal
 import sys
 import time
@@ -28,6 +29,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from rlx_cli.terminal import cell, one_line
 from rlx_core.errors import NotFound, RlxError
 
 if TYPE_CHECKING:
@@ -44,7 +46,8 @@ ETA_WINDOW = 20  # steps whose median time sets the ETA
 
 
 def _fail(message: str) -> NoReturn:
-    typer.echo(f"rlx: {message}", err=True)
+    """One escaped line on stderr (the message may quote a config, a dataset or a template)."""
+    typer.echo("rlx: " + one_line(message), err=True)
     raise typer.Exit(1)
 
 
@@ -94,7 +97,7 @@ def _view(progress: Any) -> Table:
     table = Table(title="rlx run", show_header=False, expand=False)
     table.add_column("k", style="bold")
     table.add_column("v")
-    table.add_row("phase", progress.phase)
+    table.add_row("phase", cell(progress.phase))
     table.add_row("step", f"{progress.step} / {progress.steps}")
     table.add_row("reward", f"{progress.reward:.3f}")
     if progress.heldout:
@@ -111,30 +114,75 @@ def _view(progress: Any) -> Table:
         "staleness", ", ".join(f"{k}: {v}" for k, v in sorted(progress.staleness.items())) or "-"
     )
     for name, state in sorted(progress.components.items()):
-        table.add_row(name, state)
+        table.add_row(cell(name), cell(state))
     for m in progress.messages[-3:]:
-        table.add_row("", m)
+        table.add_row("", cell(m))
     return table
 
 
-def _drive(cfg: Any, paths: RunPaths, resume: bool, force: bool = False) -> None:
+class _Log:
+    """The controller's log: controller.log in the work directory once `open` is called (lines
+    before that are kept and written then), and the console when stderr is not a terminal."""
+
+    def __init__(self, echo: bool) -> None:
+        self.echo = echo
+        self.file: Any = None
+        self.held: list[str] = []
+
+    def __call__(self, message: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {message}\n"
+        if self.file is None:
+            self.held.append(line)
+        else:
+            self.file.write(line)
+            self.file.flush()
+        if self.echo:
+            console.print(cell(message), soft_wrap=True)
+
+    def open(self, work: Path) -> None:
+        self.file = open(work / "controller.log", "a")  # noqa: SIM115 (closed by close())
+        self.file.writelines(self.held)
+        self.file.flush()
+        self.held = []
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def _new_driver(cfg: Any, paths: RunPaths, log: _Log) -> Any:
+    """The controller loop of `cfg`, its inputs loaded and checked: the tokenizer, every dataset,
+    every prompt rendered and encoded. An RlxError naming what is wrong, before any service
+    starts."""
     from rlx_controller.driver import Driver, Progress
 
-    progress = Progress(steps=cfg.steps)
+    return Driver(cfg, paths.uri, work_dir=paths.work, progress=Progress(steps=cfg.steps), log=log)
+
+
+def _drive(
+    cfg: Any, paths: RunPaths, resume: bool, force: bool = False, *, prepared: Any = None
+) -> None:
+    """Run the controller loop (`prepared`: a Driver `up` has already made, with its _Log)."""
+    if prepared is None:
+        paths.make_work_dir()
+        log = _Log(echo=not sys.stderr.isatty())
+        log.open(paths.work)
+        try:
+            driver = _new_driver(cfg, paths, log)
+        except RlxError as e:
+            log.close()
+            _fail(f"{type(e).__name__}: {e}")
+        except BaseException:
+            log.close()
+            raise
+    else:
+        driver, log = prepared
+        log.open(paths.work)
+    progress = driver.progress
     live_ok = sys.stderr.isatty()
-    paths.make_work_dir()
-    log_file = open(paths.work / "controller.log", "a")  # noqa: SIM115
-
-    def log(message: str) -> None:
-        log_file.write(f"{time.strftime('%H:%M:%S')} {message}\n")
-        log_file.flush()
-        if not live_ok:
-            console.print(message)
-
     if paths.remote:
         log(f"run dir {paths.uri}; this machine's files in {paths.work}")
     try:
-        driver = Driver(cfg, paths.uri, work_dir=paths.work, progress=progress, log=log)
         if live_ok:
             with Live(_view(progress), console=console, refresh_per_second=2) as live:
                 import threading
@@ -158,12 +206,23 @@ def _drive(cfg: Any, paths: RunPaths, resume: bool, force: bool = False) -> None
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
     finally:
-        log_file.close()
+        log.close()
     _finish(summary, paths)
     if cfg.services.provider == "gcp-tpu":
         typer.echo(
             f"  TPU nodes          still up: `rlx provision delete {paths.uri}` deletes them"
         )
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of `path` (itself or an ancestor) that does not exist yet: what
+    creating `path` would create first."""
+    missing = None
+    for d in (path, *path.parents):
+        if d.exists():
+            return missing
+        missing = d
+    return missing
 
 
 def _resume_command(paths: RunPaths) -> str:
@@ -235,11 +294,6 @@ def up(
     ),
 ) -> None:
     """Start every service and train (the built-in demo without CONFIG)."""
-    from rlx_controller.lease import read_holder
-    from rlx_controller.rundir import CONFIG_FILE
-    from rlx_controller.snapshot import SnapshotStore
-    from rlx_core.config import to_toml
-
     if example is not None and example not in EXAMPLES:
         _fail(f"--example {example!r}: one of {', '.join(EXAMPLES)}")
     if example is not None and config is not None:
@@ -256,22 +310,44 @@ def up(
         except RlxError as e:
             _fail(f"{type(e).__name__}: {e}")
     paths = _paths(run_dir or "rlx-run", work_dir)
+    made = _first_missing(paths.work)  # removed again when `up` refuses
     try:
-        # refused before its config.toml is touched: a run with snapshots, or one starting up
-        if any(SnapshotStore(paths.storage).entries()):
-            _fail(f"{paths.uri} already holds a run: `{_resume_command(paths)}` continues it")
-        holder = read_holder(paths.storage)
-        if holder is not None and not holder.is_me() and holder.alive(time.time()):
-            _fail(f"{paths.uri} is being run by {holder.describe(time.time())}")
-        # a config file is checked before the run directory is created; the demo's is made in it
-        cfg = _load_config(config, paths, overrides) if config is not None else None
-        paths.make_work_dir()
-        if cfg is None:
-            cfg = _load_config(config, paths, overrides, example or "addition")
-        paths.storage.put(CONFIG_FILE, to_toml(cfg, comments=False).encode())
-    except RlxError as e:
-        _fail(f"{type(e).__name__}: {e}")
-    _drive(cfg, paths, resume=False)
+        cfg, prepared = _prepare_up(config, paths, overrides, example or "addition")
+    except BaseException as e:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        if isinstance(e, RlxError):
+            _fail(f"{type(e).__name__}: {e}")
+        raise
+    _drive(cfg, paths, resume=False, prepared=prepared)
+
+
+def _prepare_up(
+    config: str | None, paths: RunPaths, overrides: list[str], example: str
+) -> tuple[Any, tuple[Any, _Log]]:
+    """Everything `rlx up` checks and writes before it starts a service: the config, the
+    datasets, the tokenizer and every prompt (`_new_driver`), then the run's config.toml."""
+    from rlx_controller.lease import read_holder
+    from rlx_controller.rundir import CONFIG_FILE
+    from rlx_controller.snapshot import SnapshotStore
+    from rlx_core.config import to_toml
+
+    # refused before its config.toml is touched: a run with snapshots, or one starting up
+    if any(SnapshotStore(paths.storage).entries()):
+        _fail(f"{paths.uri} already holds a run: `{_resume_command(paths)}` continues it")
+    holder = read_holder(paths.storage)
+    if holder is not None and not holder.is_me() and holder.alive(time.time()):
+        _fail(f"{paths.uri} is being run by {holder.describe(time.time())}")
+    # a config file is checked before the run directory is created; the demo's is made in it
+    cfg = _load_config(config, paths, overrides) if config is not None else None
+    paths.make_work_dir()
+    if cfg is None:
+        cfg = _load_config(config, paths, overrides, example)
+    # the run's config.toml is written once its inputs load: a refusal leaves no run behind
+    log = _Log(echo=not sys.stderr.isatty())
+    driver = _new_driver(cfg, paths, log)
+    paths.storage.put(CONFIG_FILE, to_toml(cfg, comments=False).encode())
+    return cfg, (driver, log)
 
 
 def _run_config(paths: RunPaths) -> Any:
