@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
+from rlx_cli.terminal import cell
 from rlx_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
@@ -48,6 +50,39 @@ def _check_options(run: str | None, step: int | None, model: Path | None) -> Non
         raise InvalidArgument("give --run or --model, not both")
     if model is not None and not (model / "config.json").is_file():
         raise NotFound(f"--model {model}: no config.json there (an HF checkpoint directory)")
+
+
+def _check_out(out: Path | None) -> None:
+    """--out: a file that can be written (not a directory, nothing on its way a file, its
+    nearest existing directory writable), checked before anything runs."""
+    if out is None:
+        return
+    if out.is_dir():
+        raise InvalidArgument(f"--out {out}: is a directory (the JSONL file of every sample)")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InvalidArgument(f"--out {out}: {parent} is not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise InvalidArgument(f"--out {out}: {parent} is not writable here")
+            break
+    if out.exists() and not os.access(out, os.W_OK):
+        raise InvalidArgument(f"--out {out}: not writable here")
+
+
+def _check_samples(k: int, cfg: RunConfig, given: bool) -> None:
+    """The sampled answers a prompt gets must fit the inference workers' limits (they would
+    refuse the first unit, after every service has started)."""
+    limits = cfg.inference.limits
+    what = "--samples" if given else "eval.samples"
+    for name, cap in (
+        ("max_samples_per_prompt", limits.max_samples_per_prompt),
+        ("max_samples", limits.max_samples),
+    ):
+        if k > cap:
+            raise InvalidArgument(
+                f"{what} {k}: more than inference.limits.{name} = {cap} answers per prompt"
+            )
 
 
 def _run_config_text(run: str) -> str:
@@ -125,7 +160,7 @@ def summary_tables(summaries: dict[str, EvalSummary], *, title: str = "") -> tup
     kind of answer, a column per verdict), for a Rich console."""
     ks = sorted({s.k for s in summaries.values() if s.k})
     k_label = str(ks[0]) if len(ks) == 1 else "k"
-    figures = Table(title=title or None)
+    figures = Table(title=cell(title) if title else None)
     for col in (
         "dataset",
         "prompts",
@@ -140,7 +175,7 @@ def summary_tables(summaries: dict[str, EvalSummary], *, title: str = "") -> tup
         figures.add_column(col, justify="left" if col == "dataset" else "right", no_wrap=True)
     for s in summaries.values():
         figures.add_row(
-            s.dataset,
+            cell(s.dataset),
             str(s.prompts),
             _fmt(s.greedy),
             _fmt(s.pass_at_1),
@@ -155,10 +190,12 @@ def summary_tables(summaries: dict[str, EvalSummary], *, title: str = "") -> tup
     verdicts.add_column("dataset", no_wrap=True)
     verdicts.add_column("answers", no_wrap=True)
     for status in statuses:
-        verdicts.add_column(status, justify="right")
+        verdicts.add_column(cell(status), justify="right")
     for s in summaries.values():
         for kind, counts in s.verdicts.items():
-            verdicts.add_row(s.dataset, kind, *(str(counts.get(v, 0)) for v in statuses))
+            verdicts.add_row(
+                cell(s.dataset), cell(kind), *(str(counts.get(v, 0)) for v in statuses)
+            )
     return figures, verdicts
 
 
@@ -212,12 +249,14 @@ def eval_command(
     from rlx_controller.evaluation import heldout_accuracy, summarize
 
     _check_options(run, step, model)
+    _check_out(out)
     work = run_dir.resolve()
     work.mkdir(parents=True, exist_ok=True)
     cfg = _config(config, run, work, overrides, example)
     if not cfg.eval.datasets:
         raise InvalidArgument("the config has no [[eval.datasets]] to evaluate on")
     k = cfg.eval.samples if samples is None else samples
+    _check_samples(k, cfg, given=samples is not None)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=work)) if run is not None else None
     try:
         if run is not None and staging is not None:
