@@ -5,11 +5,12 @@ back to the judge, the one process that decides the verdict.
 the candidate's source and the harness. Run as a script (`python3 -I -S -B main.py`) this file is
 the **judge**, the sandboxed run's top process:
 
-1. it makes itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`): a process of its uid without
+1. it starts the **candidate** process, `python3 -I -S -B main.py serve`, with stdin, stdout and
+   stderr inherited and a pair of pipes on fds 3 and 4, which compiles the candidate's source and
+   waits;
+2. it makes itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`): a process of its uid without
    CAP_SYS_PTRACE (the sandbox keeps none) can neither ptrace it nor open its /proc/PID/mem, fd
-   or environ;
-2. it starts the **candidate** process, `python3 -I -S -B main.py serve`, with stdin, stdout and
-   stderr inherited and a pair of pipes on fds 3 and 4. That process execs the candidate's source
+   or environ. Then it tells the candidate process to go on: that execs the candidate's source
    as `__main__`, reports its top-level names (plain values as values, callables and modules by
    name) and then serves calls: (name, args, kwargs) in, a result or an exception out;
 3. it runs the harness in a fresh namespace of the candidate's plain values and, for each of its
@@ -304,6 +305,8 @@ def _serve(folder: str) -> NoReturn:
     try:
         with open(path, "rb") as f:
             code = compile(f.read(), path, "exec")
+        if _receive(calls) != ("go",):  # the judge is not non-dumpable yet, or gave up
+            os._exit(1)
         exec(code, namespace)
     except BaseException as e:
         import traceback
@@ -333,13 +336,14 @@ def _serve(folder: str) -> NoReturn:
 # --- the judge ---------------------------------------------------------------------------------
 
 
-def _undumpable() -> None:
-    """PR_SET_DUMPABLE 0, checked: else the judge stops (its process could be written to)."""
+def _undumpable() -> str:
+    """PR_SET_DUMPABLE 0, checked: "" once done, else why not."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0):
-        _stop(f"cannot make the judge non-dumpable: {os.strerror(ctypes.get_errno())}")
+        return f"cannot make the judge non-dumpable: {os.strerror(ctypes.get_errno())}"
+    return ""
 
 
 def _stop(why: str, code: int = 3) -> NoReturn:
@@ -393,6 +397,13 @@ class _Candidate:
                 os.close(fd)
         self._replies = os.fdopen(replies, "rb")
         self.proxies: dict[int, str] = {}  # id(proxy): name, for proxies passed as arguments
+
+    def go(self) -> None:
+        """Let the candidate's code run."""
+        try:
+            _send(self._calls, ("go",))
+        except OSError:
+            self.gone()
 
     def receive(self) -> tuple[Any, ...]:
         try:
@@ -507,9 +518,14 @@ class _Candidate:
 
 
 def _judge(script: str) -> None:
-    _undumpable()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # never a KeyboardInterrupt in the harness
+    # The candidate's process starts first (its interpreter's start overlaps ctypes' import
+    # here) but runs no candidate code before "go", sent once this process is non-dumpable.
     candidate = _Candidate(script)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # never a KeyboardInterrupt in the harness
+    why = _undumpable()
+    if why:
+        candidate.fail(why)
+    candidate.go()
     path = os.path.join(os.path.dirname(script), HARNESS)
     with open(path, "rb") as f:
         harness = compile(f.read(), path, "exec")
@@ -525,7 +541,9 @@ def _judge(script: str) -> None:
         raise
     else:
         candidate.close()
-    sys.stdout.flush()
+    sys.stdout.flush()  # (raises if the output cannot be written: not a pass)
+    sys.stderr.flush()
+    os._exit(0)  # the interpreter's own shutdown costs milliseconds and decides nothing
 
 
 def main() -> None:
