@@ -161,6 +161,13 @@ def test_a_manifest_link_outside_its_repository_is_refused(tmp_path: Path, link:
         assert "problem 'p1'" in message and "not a content link" in message
         assert repr(link) in message or str(link) in message
         assert ("tests[1].input" if "tests" in problem else "checker") in message
+    # a problem named twice is refused (a row naming it would get either's tests)
+    mpath, data = _manifest(tmp_path, {})
+    manifest = json.loads(Path(mpath).read_text())
+    manifest["problems"] *= 2
+    Path(mpath).write_text(json.dumps(manifest))
+    e = _refused(DatasetConfig(name="m", path=data, reward="code", tests_manifest=mpath))
+    assert "problem id 'p1' appears twice" in str(e)
     # a manifest without its repository is no manifest of the uploader's
     mpath, data = _manifest(tmp_path, {}, repo="../elsewhere")
     e = _refused(DatasetConfig(name="m", path=data, reward="code", tests_manifest=mpath))

@@ -300,6 +300,8 @@ def manifest_problems(
     table: dict[str, Mapping[str, Any]] = {}
     for k, p in enumerate(problems):
         pid, entry = _problem(p, k, where, blobs, judge)
+        if pid in table:  # a row naming it would get either problem's tests
+            raise ValueError(f"{where}: problem id {pid!r} appears twice")
         table[pid] = entry
     return table
 
