@@ -164,7 +164,7 @@ CPP_ATTACKS = {
         ADD_CPP_HARNESS,
     ),
     "killing the parent": (
-        CPP_PARENT + "int add(int a, int b) { kill(getppid(), SIGKILL); return a + b; }\n",
+        CPP_PARENT + "int add(int a, int b) { kill(getppid(), SIGKILL); return 0; }\n",
         ADD_CPP_HARNESS,
     ),
     "printing fake output and exiting": (
@@ -196,7 +196,7 @@ RS_ATTACKS = {
         ADD_RS_HARNESS,
     ),
     "killing the parent": (
-        'extern "C" { fn kill(pid: i32, sig: i32) -> i32; fn getppid() -> i32; }\nfn add(a: i32, b: i32) -> i32 { unsafe { kill(getppid(), 9); } a + b }\n',
+        'extern "C" { fn kill(pid: i32, sig: i32) -> i32; fn getppid() -> i32; }\nfn add(a: i32, b: i32) -> i32 { unsafe { kill(getppid(), 9); } 0 }\n',
         ADD_RS_HARNESS,
     ),
 }
@@ -239,6 +239,31 @@ def test_candidate_cannot_read_or_trace_the_judge(verifier: Verifier) -> None:
         ).status
         == "AC"
     )
+
+
+def test_candidate_cannot_read_the_tests(verifier: Verifier) -> None:
+    """The harness (its expected values) is in no file the candidate can read: the judge's source
+    is gone after the build and its binary is execute-only (the candidate answers right only if
+    it could read one of them)."""
+    source = (
+        CPP_PARENT
+        + "int add(int a, int b) {\n"
+        + '    for (const char* p : {"/prog/judge.cpp", "/prog/main", "/prog/main.cpp", "/proc/self/exe"})\n'
+        + '        if (open(p, O_RDONLY) >= 0 && std::string(p) != "/proc/self/exe") return a + b;\n'
+        + '    if (open(rlx_parent("exe").c_str(), O_RDONLY) >= 0) return a + b;\n'
+        + '    return open("/proc/self/exe", O_RDONLY) >= 0 ? 0 : a + b;  // its own binary: readable\n}\n'
+    )
+    r = verifier.run_program("cpp", source, harness=ADD_CPP_HARNESS, time_limit_s=2.0)
+    assert r.status == "WA", (r.status, r.compile_output[-2000:], r.tests)
+    rust = (
+        "fn add(a: i32, b: i32) -> i32 {\n"
+        '    for p in ["/prog/judge.rs", "/prog/main", "/prog/main.rs"] {\n'
+        "        if std::fs::read(p).is_ok() { return a + b; }\n"
+        "    }\n"
+        "    0\n}\n"
+    )
+    r = verifier.run_program("rust", rust, harness=ADD_RS_HARNESS, time_limit_s=2.0)
+    assert r.status == "WA", (r.status, r.compile_output[-2000:], r.tests)
 
 
 def test_attacks_through_judge_sample(verifier: Verifier) -> None:

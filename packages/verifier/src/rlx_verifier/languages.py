@@ -80,11 +80,12 @@ def _cpp() -> Language | None:
         run=("/prog/main",),
         version=version,
         memory_markers=(b"std::bad_alloc",),
-        # assert style: the judge (harness + proxies, /prog/main) and the candidate binary
+        # assert style: the judge (harness + proxies, /prog/main) and the candidate binary; the
+        # judge's source is removed and its binary made execute-only (the tests stay unread)
         test_compile=(
             "/bin/sh",
             "-c",
-            f"{gxx} -O0 -std=c++17 -pipe -o main judge.cpp && "
+            f"{gxx} -O0 -std=c++17 -pipe -o main judge.cpp && rm judge.cpp && chmod 111 main && "
             f"exec {gxx} -O2 -std=c++17 -pipe -o candidate candidate.cpp",
         ),
     )
@@ -108,12 +109,12 @@ def _rust() -> Language | None:
         binds=((sysroot, "/opt/rust"),),
         version=version,
         memory_markers=(b"memory allocation of",),
-        # assert style: the judge (harness + proxies, /prog/main) and the candidate binary
+        # assert style, as for C++: the judge (execute-only) and the candidate binary
         test_compile=(
             "/bin/sh",
             "-c",
-            "/opt/rust/bin/rustc -C opt-level=0 --edition 2021 -o main judge.rs && "
-            "exec /opt/rust/bin/rustc -O --edition 2021 -o candidate candidate.rs",
+            "/opt/rust/bin/rustc -C opt-level=0 --edition 2021 -o main judge.rs && rm judge.rs && "
+            "chmod 111 main && exec /opt/rust/bin/rustc -O --edition 2021 -o candidate candidate.rs",
         ),
     )
 
