@@ -66,7 +66,7 @@ def belongs_to_run(pid: int, run_dir: str | os.PathLike[str]) -> bool:
         return True
     inside = run.rstrip("/") + "/"
     for arg in _read_list(pid, "cmdline") or ():
-        if arg.startswith(b"/") and b"\n" not in arg:
+        if arg.startswith(b"/"):
             path = os.path.realpath(os.fsdecode(arg))
             if path == run or path.startswith(inside):
                 return True
