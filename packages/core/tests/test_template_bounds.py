@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,33 @@ def test_a_tokenizer_regex_that_panics_in_rust_is_an_invalid_argument(tmp_path: 
     message = str(e.value)
     assert message.startswith(f"{ckpt}/tokenizer.json fails to encode 'aaaa"), message
     assert "PanicException" in message and "retry-limit-in-match" in message
+
+
+def test_the_watchdog_stops_only_the_thread_that_ran_past() -> None:
+    """Renderings on several threads at once: the slow one is stopped, the others finish."""
+    slow = BoundedTemplate(
+        "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}",
+        source="slow",
+        timeout_s=0.5,
+    )
+    fast = BoundedTemplate("{% for i in range(2000) %}{{ i % 7 }}{% endfor %}", source="fast")
+    want = "".join(str(i % 7) for i in range(2000))
+    results: dict[str, object] = {}
+
+    def render(name: str, template: BoundedTemplate) -> None:
+        try:
+            results[name] = [template.render() for _ in range(20 if name != "slow" else 1)]
+        except InvalidArgument as e:
+            results[name] = e
+
+    threads = [threading.Thread(target=render, args=("slow", slow))] + [
+        threading.Thread(target=render, args=(f"fast{i}", fast)) for i in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert isinstance(results["slow"], InvalidArgument)
+    assert "ran past 0.5 s" in str(results["slow"])
+    for i in range(3):
+        assert results[f"fast{i}"] == [want] * 20

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import re
 import string
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -315,31 +317,58 @@ _set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
 
 
 class _Watchdog:
-    """Raises _Timeout into the thread that made it once `seconds` have passed, unless stopped
-    first; `stop()` says whether it fired (a raise still pending is withdrawn)."""
+    """One daemon thread for the process that raises _Timeout into a thread whose rendering
+    passed its deadline: `arm` before rendering, `disarm` after, which says whether it fired (a
+    raise not yet delivered is withdrawn). One thread, not one per rendering: a dataset renders
+    thousands of prompts."""
 
-    def __init__(self, seconds: float) -> None:
-        self._thread = threading.get_ident()
-        self._lock = threading.Lock()
-        self._done = False
-        self.fired = False
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+    def __init__(self) -> None:
+        self.reset()
 
-    def _fire(self) -> None:
-        with self._lock:
-            if not self._done:
-                self.fired = True
-                _set_async_exc(self._thread, _Timeout)
+    def reset(self) -> None:
+        """A fresh state (a forked child has the lock as it was, and no watchdog thread)."""
+        self._cond = threading.Condition()
+        self._deadlines: dict[int, float] = {}  # thread ident -> time.monotonic() deadline
+        self._fired: set[int] = set()
+        self._thread: threading.Thread | None = None
 
-    def stop(self) -> bool:
-        self._timer.cancel()
-        with self._lock:
-            self._done = True
-            if self.fired:  # withdraw it if it has not been raised yet
-                _set_async_exc(self._thread, ctypes.py_object())
-        return self.fired
+    def arm(self, seconds: float) -> None:
+        ident = threading.get_ident()
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():  # first use, or a fork
+                self._thread = threading.Thread(
+                    target=self._watch, name="rlx-template-watchdog", daemon=True
+                )
+                self._thread.start()
+            idle = not self._deadlines
+            self._deadlines[ident] = time.monotonic() + seconds
+            if idle:  # the watchdog waits without a timeout while nothing renders
+                self._cond.notify()
+
+    def disarm(self) -> bool:
+        ident = threading.get_ident()
+        with self._cond:
+            self._deadlines.pop(ident, None)
+            if ident not in self._fired:
+                return False
+            self._fired.discard(ident)
+            _set_async_exc(ident, ctypes.py_object())  # withdraw it if not raised yet
+            return True
+
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for ident in [i for i, d in self._deadlines.items() if d <= now]:
+                    del self._deadlines[ident]
+                    self._fired.add(ident)
+                    _set_async_exc(ident, _Timeout)
+                wait = min(self._deadlines.values()) - now if self._deadlines else None
+                self._cond.wait(wait)
+
+
+_WATCHDOG = _Watchdog()
+os.register_at_fork(after_in_child=_WATCHDOG.reset)
 
 
 class BoundedTemplate:
@@ -373,7 +402,7 @@ class BoundedTemplate:
         past a bound. An RlxError the template raises (its `raise_exception`) passes through."""
         from rlx_core.errors import RlxError
 
-        watchdog = _Watchdog(self.timeout_s)
+        _WATCHDOG.arm(self.timeout_s)
         try:
             try:
                 out: list[str] = []
@@ -384,7 +413,7 @@ class BoundedTemplate:
                         raise _Bound(f"its output passes {MAX_CHARS} characters")
                     out.append(piece)
             finally:
-                fired = watchdog.stop()
+                fired = _WATCHDOG.disarm()
             if fired:
                 raise _Timeout
         except _Timeout:
