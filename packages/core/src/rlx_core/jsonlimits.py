@@ -22,8 +22,9 @@ __all__ = ["MAX_JSON_DEPTH", "json_depth", "loads_bounded"]
 # line needs fewer than 10 levels
 MAX_JSON_DEPTH = 100
 
-# a JSON string (escapes included: `\"` does not end it), or one bracket outside strings
-_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# a JSON string (escapes included: `\"` does not end it; an unterminated one runs to the end,
+# so the scan stays linear), or one bracket outside strings
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 
 
 def json_depth(data: bytes, stop_above: int | None = None) -> int:
