@@ -194,6 +194,14 @@ def test_a_template_message_with_escapes_is_printed_escaped(tmp_path: Path) -> N
     assert line.count("rlx:") == 2  # the forged one stays inside the one line
 
 
+def test_prefilter_prints_a_template_message_escaped(tmp_path: Path) -> None:
+    model = _model(tmp_path, template="{{ raise_exception('" + HOSTILE_TEXT + "') }}")
+    config = _up_config(tmp_path, model)
+    line = _one_line(["prefilter", str(config), "--run-dir", str(tmp_path / "pf")])
+    escaped = "ok\\x1b[2J \\x1b[1Arlx: forged\\x1b]52;c;cm0gLXJmIH4K\\x07 \\u202eevil\\x9b1m"
+    assert line.endswith(f"chat template: {escaped}"), line
+
+
 def test_a_tokenizer_that_panics_in_rust_is_one_line(tmp_path: Path) -> None:
     """The tokenizers crate panics (pyo3_runtime.PanicException, a BaseException) when `(a+)+b`
     exhausts oniguruma's retry limit on a prompt of many a's."""

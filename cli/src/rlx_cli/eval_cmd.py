@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from rlx_cli.terminal import cell
+from rlx_cli.terminal import cell, one_line
 from rlx_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ __all__ = ["eval_command", "register", "summary_tables"]
 
 def _say(message: str) -> None:
     """Progress: on stderr, so that --json's stdout stays one object."""
-    print(message, file=sys.stderr, flush=True)
+    print(one_line(message), file=sys.stderr, flush=True)
 
 
 def _check_options(run: str | None, step: int | None, model: Path | None) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from rlx_cli.terminal import escape, one_line
 from rlx_core.errors import InvalidArgument, RlxError
 
 __all__ = ["model_app"]
@@ -25,7 +26,7 @@ _BUCKET = 64  # sequence lengths are padded to a multiple of this, so few shapes
 
 
 def _fail(message: str) -> None:
-    typer.echo(f"rlx model: {message}", err=True)
+    typer.echo("rlx model: " + one_line(message), err=True)
     raise typer.Exit(2)
 
 
@@ -208,4 +209,5 @@ def generate(
             }
             typer.echo(json.dumps(record))
         else:
-            typer.echo(text if text is not None else ",".join(map(str, out)))
+            # the model's text, escaped (`--json` gives it as it is)
+            typer.echo(escape(text, newlines=True) if text is not None else ",".join(map(str, out)))

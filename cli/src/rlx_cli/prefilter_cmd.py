@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 
+from rlx_cli.terminal import one_line
 from rlx_core.errors import RlxError
 
 __all__ = ["prefilter"]
@@ -59,11 +60,11 @@ def prefilter(
         cfg = _load_config(config, _paths(run_dir, None), overrides, example or "addition")
         # the pre-filter being computed must not filter the datasets it reads
         cfg = dataclasses.replace(cfg, prefilter=dataclasses.replace(cfg.prefilter, file=""))
-        driver = Driver(cfg, run_dir, log=lambda m: print(m, file=sys.stderr, flush=True))
+        driver = Driver(cfg, run_dir, log=lambda m: print(one_line(m), file=sys.stderr, flush=True))
         t0 = time.monotonic()
         result = driver.prefilter(out, samples=samples, limit=limit)
     except RlxError as e:
-        typer.echo(f"rlx: {type(e).__name__}: {e}", err=True)
+        typer.echo("rlx: " + one_line(f"{type(e).__name__}: {e}"), err=True)
         raise typer.Exit(1) from None
     lo, hi = cfg.prefilter.min_pass_rate, cfg.prefilter.max_pass_rate
     mean = result["mean_pass_rate"]
