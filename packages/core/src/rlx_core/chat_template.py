@@ -9,9 +9,9 @@ it continues trained on):
   raises into the rendering thread, which interrupts any loop of the template's code);
 - size: every string, list or mapping a template builds (`~`, `+`, `*`, `%`, filters, method
   calls, `{% set %}` blocks) and the rendered output hold at most `MAX_CHARS` characters (a
-  container at most `MAX_ITEMS` entries), and
-  the operations that make a large value from a small one (`*`, `**`, `center`, `indent`,
-  `join`, `replace`, `format` widths...) are checked before they run;
+  container at most `MAX_ITEMS` entries), and the operations that make a large value from a
+  small one (`*`, `**`, `center`, `indent`, `join`, `replace`, `format` widths...) are checked
+  before they run;
 - `range` yields at most `MAX_RANGE` numbers;
 - `|random` and `lipsum` (different on every call) are refused, naming the template.
 
@@ -39,9 +39,9 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
-from rlx_core.errors import InvalidArgument
+from rlx_core.errors import InvalidArgument, RlxError
 
-__all__ = ["MAX_CHARS", "MAX_RANGE", "RENDER_TIMEOUT_S", "BoundedTemplate"]
+__all__ = ["MAX_CHARS", "MAX_ITEMS", "MAX_RANGE", "RENDER_TIMEOUT_S", "BoundedTemplate"]
 
 RENDER_TIMEOUT_S = 2.0  # wall-clock seconds one rendering may take (a real template takes ms)
 MAX_CHARS = 1 << 22  # characters (or items) in any value a template builds, and in its output
@@ -340,6 +340,9 @@ class _Watchdog:
                     target=self._watch, name="rlx-template-watchdog", daemon=True
                 )
                 self._thread.start()
+            if ident in self._fired:  # a timeout raised before the last disarm could run
+                self._fired.discard(ident)
+                _set_async_exc(ident, ctypes.py_object())
             idle = not self._deadlines
             self._deadlines[ident] = time.monotonic() + seconds
             if idle:  # the watchdog waits without a timeout while nothing renders
@@ -400,8 +403,6 @@ class BoundedTemplate:
     def render(self, **variables: Any) -> str:
         """The template's output; InvalidArgument naming the template when it fails or goes
         past a bound. An RlxError the template raises (its `raise_exception`) passes through."""
-        from rlx_core.errors import RlxError
-
         _WATCHDOG.arm(self.timeout_s)
         try:
             try:
