@@ -1,9 +1,9 @@
 """Assert-style Python: the candidate runs in a process of its own and only plain data crosses
 back to the judge, the one process that decides the verdict.
 
-`compose` gives the files of one assert-style Python program: this very file as the entry point,
-the candidate's source and the harness. Run as a script (`python3 -I -S -B main.py`) this file is
-the **judge**, the sandboxed run's top process:
+`compose` gives the files of one assert-style Python program: an entry point that runs this very
+module (its code object, or its source), the candidate's source and the harness. Run as a script
+(`python3 -I -S -B main.py`) this module is the **judge**, the sandboxed run's top process:
 
 1. it starts the **candidate** process, `python3 -I -S -B main.py serve`, with stdin, stdout and
    stderr inherited and a pair of pipes on fds 3 and 4, which compiles the candidate's source and
@@ -70,8 +70,7 @@ NOT_IMPORTED = frozenset(
 # the magic number, a newline, the hex of the code) when the sandbox's Python reads the same
 # bytecode, else compiles its source (JUDGE_SOURCE): compiling this file costs about as much as
 # starting the interpreter, in each of the two processes.
-_ENTRY = """import sys
-folder = __file__.rpartition("/")[0] or "."
+_ENTRY = """folder = __file__.rpartition("/")[0] or "."
 try:
     from _frozen_importlib_external import MAGIC_NUMBER
     import marshal
