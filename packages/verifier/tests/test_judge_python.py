@@ -286,6 +286,15 @@ RIGHT: dict[str, tuple[str, str, str]] = {  # name: (candidate, harness, stdin)
         "assert type(args[0][b'\\x00k'][1]) is set and type(args[0][3]) is complex and type(args[0][b'\\x00k'][0]) is bool\n",
         "",
     ),
+    "large lists of ints and floats, and lists of mixed types": (
+        "def rev(xs):\n    return xs[::-1]\ndef same(x):\n    return x\n",
+        "big = list(range(-50000, 50000))\nassert rev(big) == big[::-1]\n"
+        "floats = tuple(i / 7 for i in range(1000)) + (float('inf'), -0.0)\nassert rev(floats) == floats[::-1]\n"
+        "assert rev([10 ** 5000, 1]) == [1, 10 ** 5000]\n"
+        "mixed = rev([1, True, 1.0, 2])\nassert [type(x) for x in mixed] == [int, float, bool, int]\n"
+        "assert type(rev((1, 2))) is tuple and same({1, 2}) == {1, 2} and same(frozenset({0.5, 2.0})) == {0.5, 2.0}\n",
+        "",
+    ),
     "keyword arguments": (
         "def f(a, b=2, *, c=3):\n    return a * 100 + b * 10 + c\n",
         "assert f(1) == 123\nassert f(1, c=5, b=0) == 105\n",
@@ -304,6 +313,12 @@ RIGHT: dict[str, tuple[str, str, str]] = {  # name: (candidate, harness, stdin)
     "a __main__ block with argparse": (
         "import argparse\ndef add(a, b):\n    return a + b\nif __name__ == '__main__':\n    argparse.ArgumentParser().parse_args()\n    print(add(1, 2))\n",
         ADD,
+        "",
+    ),
+    "a candidate's import of site or this does not run them in the judge": (
+        "import site, this, math\ndef one():\n    return 1\n",
+        "import sys\nassert one() == 1 and math.sqrt(4) == 2.0\n"
+        "assert 'site' not in globals() and 'this' not in globals() and 'site' not in sys.modules\n",
         "",
     ),
     "the harness exits 0 itself": (

@@ -59,9 +59,10 @@ MAX_TEXT = 2000  # characters of an exception's message kept
 CALLS_FD, REPLIES_FD = 3, 4  # the candidate process's ends of the two pipes
 PR_SET_DUMPABLE, PR_GET_DUMPABLE = 4, 3
 # Standard-library modules a candidate's `import NAME` does not bring into the harness: importing
-# them acts (opens a browser, prints, starts a GUI).
+# them acts (site: adds site-packages to sys.path and runs .pth files; others open a browser,
+# print, start a GUI).
 NOT_IMPORTED = frozenset(
-    {"__hello__", "__phello__", "antigravity", "idlelib", "this", "tkinter", "turtle"}
+    {"__hello__", "__phello__", "antigravity", "idlelib", "site", "this", "tkinter", "turtle"}
     | {"turtledemo", "webbrowser"}
 )
 
@@ -106,7 +107,7 @@ def compose(entry: str, candidate: str, harness: str) -> dict[str, str]:
 # --- plain data --------------------------------------------------------------------------------
 # N None, T/F a bool, i<hex>; an int, f<float.hex>; a float, c<hex>,<hex>; a complex, y<hex>; bytes,
 # s<n>:<n characters> a str, l/t/S/e/d<n>:<items> a list/tuple/set/frozenset/dict (a dict's items
-# are its keys and values in turn), p<n>:<name> a callable passed by name.
+# are its keys and values in turn), p<n>:<name> a callable passed by name, V... (below) a vector.
 
 
 class NotPlain(TypeError):
@@ -134,6 +135,10 @@ _PARSE: dict[str, Callable[[str], object]] = {
     "y": bytes.fromhex,
 }
 _CONSTANTS = {"N": None, "T": True, "F": False}
+# A container of ints only or floats only, the bulk of large test data, in one piece (C-speed
+# joins and maps both ways): V<container tag><i|f><decimal ints or float.hex, comma-separated>;
+_VECTORS: dict[type, tuple[str, Callable[[Any], str]]] = {int: ("i", str), float: ("f", float.hex)}
+_VECTOR_PARSE: dict[str, Callable[[str], object]] = {"i": int, "f": float.fromhex}
 
 
 def encode(value: object, refs: dict[int, str] | None = None) -> str:
@@ -159,12 +164,28 @@ def _encode(value: object, out: list[str], depth: int, refs: dict[int, str] | No
         if depth >= MAX_DEPTH:
             raise NotPlain(f"data nested deeper than {MAX_DEPTH} levels")
         items: Any = value
+        if t is not dict and len(items) > 1 and _vector(t, items, out):
+            return
         out += (_CONTAINERS[t], str(len(items)), ":")
         for item in items.items() if t is dict else items:
             for part in item if t is dict else (item,):
                 _encode(part, out, depth + 1, refs)
     else:
         raise NotPlain(f"a {t.__module__}.{t.__qualname__}")
+
+
+def _vector(t: type, items: Any, out: list[str]) -> bool:
+    """Whether `items` went out as a vector (all of them ints, or all floats)."""
+    kinds = set(map(type, items))
+    if len(kinds) != 1 or (kind := kinds.pop()) not in _VECTORS:
+        return False
+    tag, text = _VECTORS[kind]
+    try:
+        joined = ",".join(map(text, items))
+    except ValueError:  # an int past str()'s digit limit: item by item, in hex
+        return False
+    out += ("V", _CONTAINERS[t], tag, joined, ";")
+    return True
 
 
 def decode(text: str, resolve: Callable[[str], object] | None = None) -> object:
@@ -188,6 +209,12 @@ def _decode(
     if tag in _PARSE:
         end = text.index(";", i + 1)
         return _PARSE[tag](text[i + 1 : end]), end + 1
+    if tag == "V":
+        end = text.index(";", i + 3)
+        if text[i + 1] == "d":
+            raise ValueError("malformed data (a dict vector)")
+        build, parse = _BUILD[text[i + 1]], _VECTOR_PARSE[text[i + 2]]
+        return build(list(map(parse, text[i + 3 : end].split(",")))), end + 1
     colon = text.index(":", i + 1)
     n = int(text[i + 1 : colon])
     i = colon + 1
