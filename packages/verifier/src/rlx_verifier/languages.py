@@ -212,12 +212,14 @@ def resolve(languages: dict[str, Language], name: str) -> Language:
 
 
 def compose_assert_program(lang: Language, candidate: str, harness: str) -> dict[str, str]:
-    """The files of one assert-style program ({file name: text}): the candidate, then the
-    harness, then code that writes the per-request marker only at the harness's end.
+    """The files of one assert-style program ({file name: text}).
 
-    The marker is in none of these files: the program reads it from the first line of its stdin
-    before any candidate code runs and keeps the rest of stdin for the program (see the README).
-    The verdict is AC only if the program exits 0 and the last line of stdout is the marker.
+    Python, C++ and Rust: a judge that runs the harness and the candidate as a process of its own
+    (rlx_verifier.assert_python, rlx_verifier.assert_native); AC iff the judge exits 0. Go: the
+    candidate, the harness and code that writes the per-request marker only at the harness's
+    end; the marker is in none of these files (the program reads it from the first line of its
+    stdin before any candidate code runs, see the README) and AC needs exit status 0 and the
+    marker as stdout's last line.
     """
     if lang.name == "python":
         # two processes, no marker: see rlx_verifier.assert_python
