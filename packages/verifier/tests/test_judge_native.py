@@ -436,3 +436,40 @@ def test_unsupported_signature_is_ce_naming_the_type(
     r = verifier.run_program(lang, source, harness=harness)
     assert r.status == "CE", r
     assert "not supported" in r.compile_output and named in r.compile_output, r.compile_output
+
+
+THROWING_CPP = """#include <stdexcept>
+#include <string>
+int parse(std::string s) { if (s.empty()) throw std::invalid_argument("empty"); return std::stoi(s); }
+"""
+THROWING_CPP_HARNESS = """#include <cassert>
+#include <stdexcept>
+#include <string>
+int main() {
+    assert(parse("12") == 12);
+    bool threw = false;
+    try { parse(""); } catch (const std::exception& e) { threw = std::string(e.what()).find("empty") != std::string::npos; }
+    assert(threw);
+}"""
+PANICKING_RS = (
+    'fn parse(s: &str) -> i32 { if s.is_empty() { panic!("empty") } s.parse().unwrap() }\n'
+)
+PANICKING_RS_HARNESS = '#[cfg(test)]\nmod tests {\n    use super::*;\n    #[test]\n    fn t() {\n        assert_eq!(parse("12"), 12);\n        let e = std::panic::catch_unwind(|| parse("")).unwrap_err();\n        assert!(e.downcast_ref::<String>().unwrap().contains("empty"));\n    }\n}\n'
+
+
+@pytest.mark.parametrize(
+    ("lang", "source", "harness"),
+    [("cpp", THROWING_CPP, THROWING_CPP_HARNESS), ("rust", PANICKING_RS, PANICKING_RS_HARNESS)],
+)
+def test_exceptions_and_panics_cross(
+    verifier: Verifier, lang: str, source: str, harness: str
+) -> None:
+    """A candidate's exception (C++: as std::runtime_error with its what()) or panic (Rust: as
+    a panic with its message) reaches the harness's own handler; uncaught it is not AC."""
+    _need(verifier, lang)
+    r = verifier.run_program(lang, source, harness=harness, time_limit_s=5.0)
+    assert r.status == "AC", (r.status, r.compile_output[-3000:], r.tests)
+    uncaught = harness.replace('parse("12") == 12', 'parse("") == 0').replace(
+        'parse("12"), 12', 'parse(""), 0'
+    )
+    assert verifier.run_program(lang, source, harness=uncaught).status in ("WA", "RE")

@@ -36,9 +36,9 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-__all__ = ["CANDIDATE", "CANDIDATE_SOURCE", "JUDGE_SOURCE", "compose_cpp", "compose_rust"]
+__all__ = ["compose_cpp", "compose_rust"]
 
-CANDIDATE = "candidate"  # the candidate binary, beside the judge (/prog/main)
+# The judge is built as `main` (the language's run argv) and finds the `candidate` binary beside it.
 JUDGE_SOURCE = {"cpp": "judge.cpp", "rust": "judge.rs"}
 CANDIDATE_SOURCE = {"cpp": "candidate.cpp", "rust": "candidate.rs"}
 

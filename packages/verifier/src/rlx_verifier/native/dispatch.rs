@@ -15,12 +15,23 @@ mod rlx_dispatch {
             if msg.len() < 4 { ::std::process::exit(1); }
             let index = u32::from_le_bytes([msg[0], msg[1], msg[2], msg[3]]);
             let mut r = Rd { b: &msg[4..] };
-            let mut w: Vec<u8> = Vec::new();
-            let ok = match index {
+            let mut w: Vec<u8> = vec![0];  // 0: a result follows; 1: the call panicked
+            let called = ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(|| match index {
 /*{cases}*/
                 _ => None,
-            };
-            if ok.is_none() || !r.b.is_empty() { ::std::process::exit(1); }
+            }));
+            match called {
+                Ok(ok) => {
+                    if ok.is_none() || !r.b.is_empty() { ::std::process::exit(1); }
+                }
+                Err(payload) => {
+                    let what = payload.downcast_ref::<&str>().map(|s| s.to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    w = vec![1];
+                    Put::put(&what, &mut w);
+                }
+            }
             if !super::rlx_wire::send_message(&mut to, &w) { ::std::process::exit(1); }
         }
     }

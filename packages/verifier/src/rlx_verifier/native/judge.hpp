@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <csignal>
+#include <stdexcept>
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -60,7 +61,16 @@ static In call(std::uint32_t index, const Out& args, const char* name) {
         std::fprintf(stderr, "rlx: no reply from the candidate to a call of %s\n", name);
         fail("the candidate did not answer");
     }
-    return In{(const unsigned char*)reply.data(), reply.size(), true};
+    // the first byte: 0 a result follows, 1 the call threw (its what() follows)
+    In in{(const unsigned char*)reply.data() + 1, reply.size() - 1, !reply.empty()};
+    if (in.ok && reply[0] == 1) {
+        std::string what;
+        get(in, what);
+        if (!in.ok || in.n != 0) fail("the candidate's exception could not be decoded");
+        throw std::runtime_error("rlx: the candidate threw: " + what);
+    }
+    if (!in.ok || reply[0] != 0) fail("bad reply");
+    return in;
 }
 static void done(const In& in, const char* name) {
     if (!in.ok || in.n != 0) {

@@ -53,17 +53,26 @@ pub mod rlx {
         }
     }
     pub fn call(index: u32, args: Vec<u8>, name: &str) -> Vec<u8> {
-        let mut guard = CONN.lock().unwrap_or_else(|e| e.into_inner());
-        let conn = guard.as_mut().unwrap_or_else(|| fail("no candidate process"));
-        let mut m = index.to_le_bytes().to_vec();
-        m.extend_from_slice(&args);
-        if !super::rlx_wire::send_message(&mut conn.to, &m) {
+        let reply = {
+            let mut guard = CONN.lock().unwrap_or_else(|e| e.into_inner());
+            let conn = guard.as_mut().unwrap_or_else(|| fail("no candidate process"));
+            let mut m = index.to_le_bytes().to_vec();
+            m.extend_from_slice(&args);
+            let sent = super::rlx_wire::send_message(&mut conn.to, &m);
+            let reply = if sent { super::rlx_wire::read_message(&mut conn.from, 256 << 20) } else { None };
             drop(guard);
-            fail(&format!("the candidate process ended before a call of {}", name));
-        }
-        match super::rlx_wire::read_message(&mut conn.from, 256 << 20) {
-            Some(b) => b,
-            None => { drop(guard); fail(&format!("no reply from the candidate to a call of {}", name)) }
+            reply.unwrap_or_else(|| fail(&format!("no reply from the candidate to a call of {}", name)))
+        };
+        // the first byte: 0 a result follows, 1 the call panicked (its message follows)
+        match reply.first() {
+            Some(0) => reply[1..].to_vec(),
+            Some(1) => {
+                let mut r = super::rlx_wire::Rd { b: &reply[1..] };
+                let what: Option<String> = super::rlx_wire::Get::get(&mut r);
+                let what = done(what, &r, name);
+                panic!("rlx: the candidate panicked in {}: {}", name, what)
+            }
+            _ => fail(&format!("the candidate's reply to {} could not be decoded", name)),
         }
     }
     pub fn done<T>(v: Option<T>, r: &super::rlx_wire::Rd, name: &str) -> T {
