@@ -110,6 +110,19 @@ def test_export_refuses_another_run_and_a_symlink_into_one(run: Path, tmp_path: 
     assert _tree(other) == before and link.is_symlink()
 
 
+def test_export_refuses_the_runs_base_model(run: Path, tmp_path: Path) -> None:
+    """The base model ([model] path) is what a resume of the run starts from: not replaced."""
+    base = tmp_path / "base"
+    shutil.copytree(base_model_dir(), base)
+    config = (run / "config.toml").read_text().replace(str(base_model_dir()), str(base))
+    (run / "config.toml").write_text(config)
+    before = _tree(base)
+    for out in (base, base / "sub"):
+        line = _one_line(["export", str(run), "--out", str(out), "--force"])
+        assert f"the run's base model ([model] path) is {base}" in line, line
+    assert _tree(base) == before
+
+
 # --- rlx up: a hostile template or tokenizer, a bad dataset --------------------------------------
 
 

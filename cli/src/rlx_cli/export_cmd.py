@@ -11,8 +11,8 @@ written under a temporary name beside DIR and renamed at the end, so a failed ex
 nothing; a DIR that is not empty is replaced only with --force, in one atomic exchange of the two
 directories (through a symlink: the directory it points to; the link stays). DIR may not be,
 contain or lie inside a run directory (one holding `config.toml` or `run.json`), the run's own
-directory or its work directory, with or without --force: that is refused before
-anything is written. JAX is imported inside the command, so `rlx --help` stays fast.
+directory, its work directory or its base model directory, with or without --force: that is
+refused before anything is written. JAX is imported inside the command, so `rlx --help` stays fast.
 """
 
 from __future__ import annotations
@@ -106,11 +106,19 @@ def _check_not_a_run(out: Path, paths: RunPaths) -> None:
                     )
 
 
-def _check_out(out: Path, force: bool, paths: RunPaths) -> None:
-    """Everything refused about --out, before anything is written."""
+def _check_out(out: Path, force: bool, paths: RunPaths, base: str) -> None:
+    """Everything refused about --out, before anything is written (`base`: the run's
+    `[model] path`, which a resume of the run needs and whose tokenizer files are copied)."""
     if out.exists() and not out.is_dir():
         raise InvalidArgument(f"--out {out}: exists and is not a directory")
     _check_not_a_run(out, paths)
+    if base and "://" not in base.removeprefix("file://"):
+        model, target = Path(base.removeprefix("file://")).resolve(), out.resolve()
+        if _inside(target, model) or _inside(model, target):
+            raise InvalidArgument(
+                f"--out {out}: the run's base model ([model] path) is {model}; an export may "
+                "not replace, hold or sit inside it"
+            )
     if out.is_dir() and any(out.iterdir()) and not force:
         raise AlreadyExists(f"--out {out}: not empty (--force replaces it)")
 
@@ -258,7 +266,7 @@ def export(
     out = out.absolute()
     paths = RunPaths.of(run, work_dir)
     cfg, tables = _run_config(paths)
-    _check_out(out, force, paths)
+    _check_out(out, force, paths, cfg.model.path)
     target = out.resolve()  # through a symlink: the new tree is built beside where it points
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = target.with_name(f".{target.name}.partial-{uuid.uuid4().hex[:8]}")
@@ -284,7 +292,7 @@ def export(
             tensors = _pull(paths, tables, version)
             model = export_tensors(tensors, _base_architecture(cfg), staged)
             source = f"version {version} (from the paramserver)"
-        _check_out(out, force, paths)  # nothing appeared there meanwhile
+        _check_out(out, force, paths, cfg.model.path)  # nothing appeared there meanwhile
         _publish(staged, out)
     except BaseException:  # an error or Ctrl-C: no half directory
         shutil.rmtree(staged, ignore_errors=True)
