@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -236,6 +236,16 @@ def test_up_with_a_bad_dataset_or_override_leaves_no_run_dir(tmp_path: Path) -> 
     line = _refused_up(["--set", "batch.max_prompt_tokens=2"], tmp_path / "a" / "b" / "run")
     assert "batch.max_prompt_tokens" in line, line
     assert not (tmp_path / "a").exists()
+
+
+def test_up_of_a_remote_demo_with_a_bad_override_uploads_nothing(
+    tmp_path: Path, new_root: Callable[[str, str], str]
+) -> None:
+    uri = new_root("s3", "runs/r1")
+    work = tmp_path / "w"
+    line = _one_line(["up", "--run-dir", uri, "--work-dir", str(work), "--set", "steps=-1"])
+    assert line.startswith("rlx: ConfigError: steps"), line
+    assert open_storage(uri).list() == [] and not work.exists()
 
 
 # --- escaped terminal output --------------------------------------------------------------------

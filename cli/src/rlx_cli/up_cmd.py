@@ -78,6 +78,12 @@ def _load_config(
 
     sets = [f"run_dir={paths.uri}", *overrides]
     if config is None:
+        # the config (and its overrides) checked before the example's data is written
+        if example == "code":
+            base = code_demo_config(paths.uri, join_uri(paths.uri, "data"), code_model_dir())
+        else:
+            base = demo_config(paths.uri, join_uri(paths.uri, "data"), base_model_dir())
+        cfg = loads_run_config(to_toml(base, comments=False), overrides=sets)
         if example == "code":
             train, heldout = write_code_jsonl(paths.work / "data", CODE_TASK)
         else:
@@ -85,11 +91,7 @@ def _load_config(
         if paths.remote:  # the data goes with the run, so a resume elsewhere finds it
             for local in (train, heldout):
                 paths.storage.put_file(f"data/{local.name}", local)
-        if example == "code":
-            base = code_demo_config(paths.uri, join_uri(paths.uri, "data"), code_model_dir())
-        else:
-            base = demo_config(paths.uri, join_uri(paths.uri, "data"), base_model_dir())
-        return loads_run_config(to_toml(base, comments=False), overrides=sets)
+        return cfg
     return load_run_config(config, overrides=tuple(sets))
 
 
