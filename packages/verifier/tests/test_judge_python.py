@@ -396,3 +396,52 @@ def test_a_sandbox_python_of_another_bytecode_compiles_the_judge(
     assert verifier.run_program("python", right, harness=ADD).status == "AC"
     wrong = right.replace("a + b", "a - b")
     assert verifier.run_program("python", wrong, harness=ADD).status == "WA"
+
+
+# A wrong candidate that looks for the tests wherever a process of its own could find them (the
+# program's files, its stdin and every descriptor it holds, its environment, the judge's /proc)
+# and, if it finds them, answers from them.
+TEST_READER = r"""
+import os, re, sys
+def _find():
+    texts = []
+    for folder in ("/prog", "/tmp", "/proc/self/fd"):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(folder, name), "rb") as f:
+                    os.lseek(f.fileno(), 0, os.SEEK_SET)
+                    texts.append(f.read())
+            except OSError:
+                pass
+    for path in (f"/proc/{os.getppid()}/cmdline", f"/proc/{os.getppid()}/environ", "/proc/self/environ"):
+        try:
+            with open(path, "rb") as f:
+                texts.append(f.read())
+        except OSError:
+            pass
+    texts.append(sys.stdin.buffer.read())
+    for text in texts:
+        found = re.search(rb"secret\((\d+)\) == (\d+)", text)
+        if found:
+            return {int(found.group(1)): int(found.group(2))}
+    return {}
+ANSWERS = _find()
+def secret(x):
+    return ANSWERS.get(x, -1)
+"""
+
+
+def test_the_candidate_cannot_read_the_tests(verifier: Verifier) -> None:
+    harness = "assert secret(7) == 8675309\n"
+    r = verifier.run_program("python", TEST_READER, harness=harness, stdin=b"data\n")
+    assert r.status == "WA", (r.status, r.tests[0].stderr)
+    # the candidate does get the test's own stdin, and nothing before it
+    echo = "import sys\nDATA = sys.stdin.read()\ndef data():\n    return DATA\n"
+    r = verifier.run_program(
+        "python", echo, harness="assert data() == 'data\\n'\n", stdin=b"data\n"
+    )
+    assert r.status == "AC", (r.status, r.tests[0].stderr)

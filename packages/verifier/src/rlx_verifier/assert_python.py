@@ -46,10 +46,19 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, BinaryIO, NoReturn
 
-__all__ = ["CANDIDATE", "HARNESS", "MAX_DEPTH", "MAX_MESSAGE", "compose", "decode", "encode"]
+__all__ = [
+    "CANDIDATE",
+    "HARNESS",
+    "MAX_DEPTH",
+    "MAX_MESSAGE",
+    "compose",
+    "decode",
+    "encode",
+    "judge_input",
+]
 
 CANDIDATE = "rlx_candidate.py"  # the candidate's source, next to the entry point
-HARNESS = "rlx_harness.py"  # the tests
+HARNESS = "rlx_harness.py"  # the tests' name in tracebacks (they come on stdin, in no file)
 JUDGE_SOURCE = "rlx_judge.py"  # this module's source
 JUDGE_CODE = "rlx_judge.code"  # its code object, marshalled
 MAX_DEPTH = 100  # containers nested deeper are not plain data
@@ -101,7 +110,36 @@ def compose(entry: str, candidate: str, harness: str) -> dict[str, str]:
         _FILES[JUDGE_CODE] = f"{MAGIC_NUMBER.hex()}\n{marshal.dumps(code).hex()}"
         _FILES[JUDGE_SOURCE] = source
     entry_text = _ENTRY.format(code_file=JUDGE_CODE, source_file=JUDGE_SOURCE)
-    return {entry: entry_text, **_FILES, CANDIDATE: candidate, HARNESS: harness}
+    return {entry: entry_text, **_FILES, CANDIDATE: candidate}
+
+
+def judge_input(harness: str, stdin: bytes) -> bytes:
+    """The program's stdin: the harness (its length in bytes, a newline, its text), then the
+    test's own stdin. The harness is in no file the candidate could read: the judge takes it from
+    stdin before the candidate's process starts and hands that process only the rest."""
+    data = harness.encode("utf-8", "surrogatepass")
+    return b"%d\n" % len(data) + data + stdin
+
+
+def _take_harness() -> bytes:
+    """The harness from the head of stdin (see `judge_input`); the rest of stdin moves to a fresh
+    memfd on fd 0, so that neither seeking back nor /proc/self/fd/0 reaches the harness."""
+    chunks = []
+    while chunk := os.read(0, 1 << 20):
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    head, newline, rest = data.partition(b"\n")
+    if not newline or not head.isdigit() or int(head) > len(rest):
+        _stop("the judge's stdin does not start with the harness")
+    size = int(head)
+    fd = os.memfd_create("stdin")
+    view = memoryview(rest)[size:]
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.dup2(fd, 0)
+    os.close(fd)
+    return rest[:size]
 
 
 # --- plain data --------------------------------------------------------------------------------
@@ -546,15 +584,20 @@ class _Candidate:
 def _judge(script: str) -> None:
     # The candidate's process starts first (its interpreter's start overlaps ctypes' import
     # here) but runs no candidate code before "go", sent once this process is non-dumpable.
+    source = _take_harness()
     candidate = _Candidate(script)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # never a KeyboardInterrupt in the harness
     why = _undumpable()
     if why:
         candidate.fail(why)
     candidate.go()
-    path = os.path.join(os.path.dirname(script), HARNESS)
-    with open(path, "rb") as f:
-        harness = compile(f.read(), path, "exec")
+    harness = compile(source, HARNESS, "exec")
+    # its lines for tracebacks (a failed assertion names its line), as if read from a file
+    import linecache
+
+    text = source.decode("utf-8", "replace")
+    linecache.cache[HARNESS] = (len(text), None, text.splitlines(True), HARNESS)
+    del source
     namespace = candidate.names()
     try:
         exec(harness, namespace)
@@ -562,9 +605,18 @@ def _judge(script: str) -> None:
         candidate.close()
         if e.code is not None and e.code != 0:
             raise
-    except BaseException:
+    except BaseException as e:
         candidate.close()
-        raise
+        # printed here, not by the interpreter's hook: that one reads source lines from files,
+        # and the harness is in none (linecache has its lines)
+        try:
+            import traceback
+
+            traceback.print_exception(e)
+        except BaseException:
+            os.write(2, f"{type(e).__name__}\n".encode())
+        _flush()
+        os._exit(1)
     else:
         candidate.close()
     sys.stdout.flush()  # (raises if the output cannot be written: not a pass)

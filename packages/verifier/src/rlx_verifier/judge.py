@@ -24,6 +24,7 @@ from threading import Lock
 from typing import TYPE_CHECKING, TypeVar
 
 from rlx_core.errors import InvalidArgument, Unavailable
+from rlx_verifier import assert_python
 from rlx_verifier.checkers import CHECKER_LIMITS, CheckResult, check_output, compare
 from rlx_verifier.config import JudgeConfig
 from rlx_verifier.cost import charged, metered
@@ -534,6 +535,8 @@ class Verifier:
                 return ce
             if mark:
                 stdin = mark.encode() + b"\n" + stdin
+            elif harness and lang.name == "python":
+                stdin = assert_python.judge_input(harness, stdin)
             r = self._execute(lang, build, stdin, self._limits(lang, time_limit_s, memory_mb))
             failed = self._failure(lang, r, time_limit_s, memory_mb)
             if failed == "WA":  # an output flood is not running to the end
