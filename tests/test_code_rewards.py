@@ -127,8 +127,10 @@ def test_code_prompts_run_in_the_sandbox_and_hacks_score_zero(
     got, _ = _score(d, service, "assert", responses)
     assert [v.score for v in got] == [1.0, 0.0, 0.0, 0.0, 0.0]
     assert got[0].status == "AC" and all(v.status in ("RE", "WA") for v in got[1:])
-    assert "did not run to the end" in got[2].message
-    assert "the candidate returned a Any" in got[3].tests[0].stderr
+    # the judge, a process of its own, sees the candidate's process end before the tests
+    assert "the candidate's process ended" in got[2].tests[0].stderr
+    # only plain data crosses back from the candidate's process
+    assert "returned a __main__.Any, not plain data" in got[3].tests[0].stderr
 
     # partial credit: the fraction of tests passed (a program right on the second test only)
     second_only = "```python\ninput()\nprint(5)\n```"
