@@ -141,3 +141,24 @@ def test_status_of_a_run_without_metrics_or_snapshots(tmp_path: Path) -> None:
     assert status["step"] == 0 and status["steps"] is None
     assert status["services"] == {} and status["last_snapshot"] is None
     assert status["eta_s"] is None and status["staleness"] == {}
+
+
+def test_status_shows_a_hostile_services_file_escaped(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write_run(run)
+    token = run / "token"
+    create_token_file(token)
+    provider = LocalProvider(run, token)
+    provider.start(ServiceSpec(name="paramserver-0", kind="paramserver"))
+    provider.stop_all(grace_s=1)
+    state = json.loads((run / STATE_FILE).read_text())
+    entry = state.pop("paramserver-0")
+    name = "inference-0\x1b[2J[red]x[/red]"
+    state[name] = {**entry, "name": name, "kind": "inference"}
+    state[name].update(pid=2**22 + 7, address="127.0.0.1:1\x1b]52;c;aGk=\x07\nrlx: forged")
+    (run / STATE_FILE).write_text(json.dumps(state))
+    table = runner.invoke(app, ["status", str(run)])
+    assert table.exit_code == 0, table.output
+    assert "\x1b" not in table.stdout and "\x07" not in table.stdout
+    assert "\\x1b[2J" in table.stdout and "[red]x[/red]" in table.stdout  # shown, not obeyed
+    assert not any(line.lstrip().startswith("rlx: forged") for line in table.stdout.splitlines())

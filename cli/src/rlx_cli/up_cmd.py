@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from rlx_cli.terminal import cell, one_line
@@ -631,21 +632,28 @@ def status(
     table.add_column("k", style="bold")
     table.add_column("v")
     c, lease = out["controller"], out["lease"]
+
+    def safe(value: object) -> str:  # text from the run's files or a worker: shown, not obeyed
+        return markup_escape(one_line(str(value)))
+
     if c["alive"]:
         table.add_row("controller", f"pid {c['pid']} alive")
     elif lease is not None and lease["alive"]:
-        table.add_row("controller", f"on host {lease['host']} pid {lease['pid']} (its lease)")
+        table.add_row("controller", f"on host {safe(lease['host'])} pid {lease['pid']} (its lease)")
     else:
         table.add_row("controller", "not running")
     for name, s in out["services"].items():
         state = "[green]alive[/green]" if s["alive"] else "[red]dead[/red]"
         # a service on a TPU node (pid 0) names its node: its log is NODE:logs/NAME.log there
-        where = f"pid {s['pid']}" if s["pid"] else f"on node {s['log'].split(':')[0]}"
+        where = f"pid {s['pid']}" if s["pid"] else f"on node {safe(s['log'].split(':')[0])}"
         extra = ""
         if name in out["workers"]:
             w = out["workers"][name]
             extra = f", version {w['loaded_version']}" if "error" not in w else f", {w['error']}"
-        table.add_row(name, f"{state} {s['address']} {where} restarts {s['restarts']}{extra}")
+        table.add_row(
+            safe(name),
+            f"{state} {safe(s['address'])} {where} restarts {s['restarts']}{safe(extra)}",
+        )
     total = out["steps"] if out["steps"] is not None else "?"
     table.add_row("step", f"{out['step']} / {total}")
     s_per_step = out["s_per_step"]
