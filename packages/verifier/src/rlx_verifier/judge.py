@@ -192,9 +192,11 @@ class Verifier:
     ) -> Verdict:
         """Assert style: AC iff the program runs to its end with exit status 0.
 
-        With a `harness` (the tests), the candidate `source` runs first and only the end of the
-        harness can print the per-request marker: exiting early, rebinding the harness's names
-        or returning always-equal objects is not AC. Without one, exit status 0 is AC.
+        With a `harness` (the tests), AC needs the harness's end: Python, C++ and Rust run it in
+        a judge process the candidate never runs in, whose exit status is the verdict (only data
+        crosses); Go's candidate runs first and only the harness's end prints the per-request
+        marker. Exiting early or returning always-equal objects is not AC. Without a harness,
+        exit status 0 is AC.
         """
         self.check_limits(time_limit_s, memory_mb)
         lang = resolve(self.languages, language)
