@@ -230,15 +230,10 @@ def test_candidate_cannot_read_or_trace_the_judge(verifier: Verifier) -> None:
     )
     r = verifier.run_program("cpp", source, harness=ADD_CPP_HARNESS, time_limit_s=2.0)
     assert r.status == "WA", (r.status, r.compile_output[-2000:], r.tests)
-    # the same checks on the candidate's own process succeed: the probe itself works
+    # the same opens of the candidate's own process succeed: the probe itself works
     own = source.replace("getppid()", "getpid()")
-    assert verifier.run_program("cpp", own, harness=ADD_CPP_HARNESS).status in ("AC", "RE")
-    assert (
-        verifier.run_program(
-            "cpp", own.replace("    if (ptrace", "    if (0 && ptrace"), harness=ADD_CPP_HARNESS
-        ).status
-        == "AC"
-    )
+    r = verifier.run_program("cpp", own, harness=ADD_CPP_HARNESS, time_limit_s=2.0)
+    assert r.status == "AC", (r.status, r.compile_output[-2000:], r.tests)
 
 
 def test_candidate_cannot_read_the_tests(verifier: Verifier) -> None:
