@@ -113,8 +113,9 @@ def _rust() -> Language | None:
         test_compile=(
             "/bin/sh",
             "-c",
-            "/opt/rust/bin/rustc -C opt-level=0 --edition 2021 -o main judge.rs && rm judge.rs && "
-            "chmod 111 main && exec /opt/rust/bin/rustc -O --edition 2021 -o candidate candidate.rs",
+            "/opt/rust/bin/rustc -C opt-level=0 --edition 2021 -o main judge.rs && rm judge.rs "
+            "&& chmod 111 main "
+            "&& exec /opt/rust/bin/rustc -O --edition 2021 -o candidate candidate.rs",
         ),
     )
 
