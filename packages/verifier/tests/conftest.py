@@ -9,10 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from rlx_verifier import Verifier
+from rlx_core.clients.verifier import SampleResult, VerifySample
+from rlx_verifier import Repositories, Verifier, judge_sample
 from rlx_verifier.config import JudgeConfig
 
 DATA = Path(__file__).resolve().parents[3] / "testdata"
+
+
+def judge_one(verifier: Verifier, sample: VerifySample) -> SampleResult:
+    """One sample through `judge_sample`, the path the verifier service and the controller take,
+    with a repository set of its own."""
+    repos = Repositories()
+    try:
+        return judge_sample(verifier, repos, sample)
+    finally:
+        repos.close()
 
 
 def load_jsonl(path: Path) -> list[dict]:

@@ -6,11 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from rlx_core.clients.verifier import SampleResult, VerifySample
+from rlx_core.clients.verifier import VerifySample
 from rlx_core.errors import InvalidArgument, Unimplemented
-from rlx_verifier import Repositories, TestCase, Verifier, judge_sample
+from rlx_verifier import TestCase, Verifier
 from rlx_verifier.checkers import compare
 from rlx_verifier.runner import quick_result
+
+from .conftest import judge_one
 
 ADD_CPP = """#include <cstdio>
 int main() { long long a, b; if (scanf("%lld %lld", &a, &b) != 2) return 1;
@@ -152,28 +154,20 @@ def test_results_are_cached_by_code_and_tests(verifier: Verifier) -> None:
 DOUBLE_TESTS = [("1\n", "2\n"), ("2\n", "4\n"), ("3\n", "6\n")]
 
 
-def _judge_sample(verifier: Verifier, sample: VerifySample) -> SampleResult:
-    repos = Repositories()
-    try:
-        return judge_sample(verifier, repos, sample)
-    finally:
-        repos.close()
-
-
 def test_a_sample_asking_for_partial_credit_scores_the_fraction_passed(verifier: Verifier) -> None:
     # passes the first and third of three tests (the session verifier has no partial credit)
     code = "n = int(input())\nprint(5 if n == 2 else 2 * n)  # partial, inline"
-    plain = _judge_sample(verifier, VerifySample.stdio("p", "python", code, DOUBLE_TESTS))
+    plain = judge_one(verifier, VerifySample.stdio("p", "python", code, DOUBLE_TESTS))
     assert (plain.status, plain.score) == ("WA", 0.0)
     assert [t.status for t in plain.tests] == ["AC", "WA"]  # stopped at the first failure
-    partial = _judge_sample(
+    partial = judge_one(
         verifier, VerifySample.stdio("q", "python", code, DOUBLE_TESTS, partial_credit=True)
     )
     # the cache key holds partial_credit: this verdict was not the one above
     assert not partial.cached
     assert (partial.status, partial.score) == ("WA", 2 / 3)
     assert [t.status for t in partial.tests] == ["AC", "WA", "AC"]
-    again = _judge_sample(
+    again = judge_one(
         verifier, VerifySample.stdio("r", "python", code, DOUBLE_TESTS, partial_credit=True)
     )
     assert again.cached and (again.status, again.score, again.tests) == (
@@ -185,15 +179,15 @@ def test_a_sample_asking_for_partial_credit_scores_the_fraction_passed(verifier:
 
 def test_partial_credit_runs_every_test_after_a_first_failure(verifier: Verifier) -> None:
     code = "n = int(input())\nprint(0 if n == 1 else 2 * n)  # fails the first test"
-    plain = _judge_sample(verifier, VerifySample.stdio("p", "python", code, DOUBLE_TESTS))
+    plain = judge_one(verifier, VerifySample.stdio("p", "python", code, DOUBLE_TESTS))
     assert (plain.score, [t.status for t in plain.tests]) == (0.0, ["WA"])
-    partial = _judge_sample(
+    partial = judge_one(
         verifier, VerifySample.stdio("q", "python", code, DOUBLE_TESTS, partial_credit=True)
     )
     assert (partial.status, partial.score) == ("WA", 2 / 3)
     assert [t.status for t in partial.tests] == ["WA", "AC", "AC"]
     # AC is 1.0 with or without partial credit
-    ok = _judge_sample(
+    ok = judge_one(
         verifier,
         VerifySample.stdio(
             "ok", "python", "print(2 * int(input()))  # all", DOUBLE_TESTS, partial_credit=True
@@ -204,7 +198,7 @@ def test_partial_credit_runs_every_test_after_a_first_failure(verifier: Verifier
 
 def test_partial_credit_does_not_apply_to_assert_style(verifier: Verifier) -> None:
     harness = "assert f(1) == 2\nassert f(2) == 3\nassert f(3) == 5"
-    r = _judge_sample(
+    r = judge_one(
         verifier,
         VerifySample.asserts(
             "a", "python", "def f(x):\n    return x + 1", harness, partial_credit=True
@@ -216,20 +210,20 @@ def test_partial_credit_does_not_apply_to_assert_style(verifier: Verifier) -> No
 def test_cost_of_a_fresh_verdict_and_none_for_a_cached_one(verifier: Verifier) -> None:
     code = ADD_CPP + "\n// cost test\n"
     sample = VerifySample.stdio("c", "cpp", code, [(t.stdin, t.answer) for t in ADD_TESTS])
-    fresh = _judge_sample(verifier, sample)
+    fresh = judge_one(verifier, sample)
     assert fresh.status == "AC" and not fresh.cached
     assert fresh.compile_s > 0 and fresh.run_s > 0 and fresh.check_s > 0
-    cached = _judge_sample(verifier, sample)
+    cached = judge_one(verifier, sample)
     assert cached.status == "AC" and cached.cached
     assert (cached.compile_s, cached.run_s, cached.check_s) == (0.0, 0.0, 0.0)
     # a compile error costs only the compile
-    broken = _judge_sample(
+    broken = judge_one(
         verifier, VerifySample.stdio("ce", "cpp", code.replace("a + b);", "a + b)"), [("1 2", "3")])
     )
     assert broken.status == "CE" and broken.compile_s > 0
     assert (broken.run_s, broken.check_s) == (0.0, 0.0)
     # assert style: one build and one run (the marker check is not timed)
-    a = _judge_sample(
+    a = judge_one(
         verifier,
         VerifySample.asserts("a", "python", "def f(x):\n    return x  # cost", "assert f(1) == 1"),
     )
@@ -239,6 +233,6 @@ def test_cost_of_a_fresh_verdict_and_none_for_a_cached_one(verifier: Verifier) -
 def test_a_math_verdict_is_timed_as_a_check(verifier: Verifier) -> None:
     quick = quick_result(VerifySample.math("m", "The answer is 12.", "12"))
     assert quick is not None and quick.status == "AC" and quick.check_s > 0
-    full = _judge_sample(verifier, VerifySample.math("f", "so \\boxed{\\frac{1}{2}}", "0.5"))
+    full = judge_one(verifier, VerifySample.math("f", "so \\boxed{\\frac{1}{2}}", "0.5"))
     assert full.status == "AC" and full.check_s > 0 and not full.cached
     assert (full.compile_s, full.run_s) == (0.0, 0.0)

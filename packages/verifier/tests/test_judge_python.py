@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from rlx_core.clients.verifier import SampleResult, VerifySample
-from rlx_verifier import Repositories, Verifier, assert_python, judge_sample
+from rlx_core.clients.verifier import VerifySample
+from rlx_verifier import Verifier, assert_python
+
+from .conftest import judge_one
 
 ADD = "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"
 ALWAYS_EQUAL = (
@@ -174,14 +176,6 @@ def test_a_hack_is_not_ac(verifier: Verifier, name: str) -> None:
     assert r.status in ("WA", "RE"), (r.status, r.tests[0].stderr if r.tests else r.message)
 
 
-def _judge_sample(verifier: Verifier, sample: VerifySample) -> SampleResult:
-    repos = Repositories()
-    try:
-        return judge_sample(verifier, repos, sample)
-    finally:
-        repos.close()
-
-
 @pytest.mark.parametrize(
     "name",
     [
@@ -197,7 +191,7 @@ def test_a_hack_scores_zero_through_the_controllers_scoring_path(
     verifier: Verifier, name: str
 ) -> None:
     source, harness = HACKS[name]
-    r = _judge_sample(verifier, VerifySample.asserts(name, "python", source, harness))
+    r = judge_one(verifier, VerifySample.asserts(name, "python", source, harness))
     assert r.status in ("WA", "RE") and r.score == 0.0, r
 
 
@@ -338,7 +332,7 @@ def test_a_right_program_is_ac(verifier: Verifier, name: str) -> None:
 
 def test_a_right_program_is_ac_through_the_controllers_scoring_path(verifier: Verifier) -> None:
     source, harness, _ = RIGHT["HumanEval style"]
-    r = _judge_sample(verifier, VerifySample.asserts("ok", "python", source, harness))
+    r = judge_one(verifier, VerifySample.asserts("ok", "python", source, harness))
     assert (r.status, r.score) == ("AC", 1.0), r
 
 
