@@ -109,3 +109,28 @@ def test_a_sample_the_verifier_refuses_is_counted_logged_and_the_run_goes_on(
     assert all("max_time_limit_s" in line for line in refused)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2
+
+
+def test_resume_refuses_a_row_added_since_as_one_line_before_any_service(tmp_path: Path) -> None:
+    # a run whose dataset file gained a bad row after it started: `rlx resume` loads the datasets
+    # with the same checks as `rlx up`, before starting anything
+    tests = json.dumps(ECHO_TESTS)
+    config = _config(
+        tmp_path,
+        [
+            '{"prompt": "echo", "tests": ' + tests + "}",
+            '{"prompt": "echo", "tests": ' + tests + ', "mem": 1e30}',
+        ],
+    )
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text(config.read_text())
+    proc = subprocess.run(
+        [*CLI, "resume", str(run)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode != 0
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("rlx: ") and "datasets[0].memory_field" in lines[0]
+    assert f"{tmp_path / 'code.jsonl'}:2: 'mem' = 1e+30: must be" in lines[0], lines[0]
+    assert not (run / "services.json").exists() and not (run / "metrics.jsonl").exists()
