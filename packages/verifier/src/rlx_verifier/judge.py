@@ -47,13 +47,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 STATUSES = ("AC", "WA", "PE", "TLE", "MLE", "RE", "CE", "INFRA")
-# stderr of a failed assertion: Python, C/C++ (glibc), Rust (Go's testing prints "--- FAIL:"
-# on stdout)
 # Assert-style languages whose verdict still needs the per-request marker (the harness runs in
 # the candidate's process); the others judge in a process that never loaded the candidate (C++
 # and Rust: rlx_verifier.assert_native, Python: rlx_verifier.assert_python, where the judge's
 # exit status is the verdict).
 MARKED_LANGUAGES = frozenset({"go"})
+# stderr of a failed assertion: Python, C/C++ (glibc), Rust (Go's testing prints "--- FAIL:"
+# on stdout)
 ASSERT_MARKERS = (b"AssertionError", b"Assertion `", b"assertion `left == right` failed")
 
 
