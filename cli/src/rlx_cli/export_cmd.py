@@ -71,10 +71,6 @@ def _run_mark(directory: Path) -> str | None:
     return None
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def _check_not_a_run(out: Path, paths: RunPaths) -> None:
     """InvalidArgument when `out` (symlinks resolved) is, contains or lies inside a run
     directory, the run's own directory or its work directory: replacing it would destroy a run."""
@@ -83,7 +79,7 @@ def _check_not_a_run(out: Path, paths: RunPaths) -> None:
     if not paths.remote:
         own.append(Path(paths.uri).resolve())
     for root in own:
-        if _inside(target, root) or _inside(root, target):
+        if target.is_relative_to(root) or root.is_relative_to(target):
             raise InvalidArgument(
                 f"--out {out}: the run's own directory is {root}; an export may not replace, "
                 "hold or sit inside it"
@@ -114,7 +110,7 @@ def _check_out(out: Path, force: bool, paths: RunPaths, base: str) -> None:
     _check_not_a_run(out, paths)
     if base and "://" not in base.removeprefix("file://"):
         model, target = Path(base.removeprefix("file://")).resolve(), out.resolve()
-        if _inside(target, model) or _inside(model, target):
+        if target.is_relative_to(model) or model.is_relative_to(target):
             raise InvalidArgument(
                 f"--out {out}: the run's base model ([model] path) is {model}; an export may "
                 "not replace, hold or sit inside it"
