@@ -621,11 +621,15 @@ def _rs_functions(stripped: str) -> list[tuple[str, list[str], list[str], list[s
     return found
 
 
+def _rs_strip(source: str) -> str:
+    """Comments removed, string literals emptied and character literals blanked."""
+    return _RS_STRIP.sub(lambda m: '""' if m.group(0)[-1] == '"' else " ", source)
+
+
 def _rs_signatures(candidate: str, harness: str) -> tuple[list[_RsFunc], list[str]]:
-    stripped = _RS_STRIP.sub(lambda m: '""' if m.group(0)[-1] == '"' else " ", candidate)
-    h_stripped = _RS_STRIP.sub(lambda m: '""' if m.group(0)[-1] == '"' else " ", harness)
+    stripped, h_stripped = _rs_strip(candidate), _rs_strip(harness)
     used = _identifiers(h_stripped)
-    defined = {name for name, *_ in _rs_functions_anywhere(h_stripped)}
+    defined = set(re.findall(r"\bfn\s+([A-Za-z_]\w*)", h_stripped))  # at any depth
     funcs, seen = [], set()
     for name, generics, params, ret in _rs_functions(stripped):
         if name not in used or name in defined or name == "main" or name in seen:
@@ -669,10 +673,6 @@ def _rs_signatures(candidate: str, harness: str) -> tuple[list[_RsFunc], list[st
         if re.search(r"\bas\b", m.group(1)) is None and "*" not in m.group(1)
     ]
     return funcs, uses
-
-
-def _rs_functions_anywhere(stripped: str) -> list[tuple[str]]:
-    return [(m.group(1),) for m in re.finditer(r"\bfn\s+([A-Za-z_]\w*)", stripped)]
 
 
 def _rs_proxy(k: int, f: _RsFunc) -> str:
