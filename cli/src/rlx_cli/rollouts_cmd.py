@@ -17,7 +17,6 @@ the compiler's output. A line above counts the step's verdicts (every sample of 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,12 +26,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from rlx_cli.terminal import cell, escape
+from rlx_cli.terminal import cell, escape, escape_json
 from rlx_core.errors import NotFound, RlxError
 
 __all__ = ["rollouts_app"]
-
-_C1 = re.compile("[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 rollouts_app = typer.Typer(
     help="Read a run's rollout log: what was generated and how it was scored.",
@@ -221,10 +218,8 @@ def show(
         if len(rows) == limit:
             break
     if json_output:
-        for row in rows:  # JSON escapes C0 controls itself; DEL and C1 ones too here
-            typer.echo(
-                _C1.sub(lambda m: f"\\u{ord(m[0]):04x}", json.dumps(row, ensure_ascii=False))
-            )
+        for row in rows:
+            typer.echo(escape_json(json.dumps(row, ensure_ascii=False)))
         return
     console = Console()
     console.print(

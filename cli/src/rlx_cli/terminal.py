@@ -18,7 +18,7 @@ import re
 
 from rich.text import Text
 
-__all__ = ["cell", "escape", "one_line"]
+__all__ = ["cell", "escape", "escape_json", "one_line"]
 
 
 def _code(c: int) -> str:
@@ -37,12 +37,20 @@ _UNSAFE = [
 ]
 _TABLE = {c: _code(c) for c in _UNSAFE}
 _TABLE_MULTILINE = {c: v for c, v in _TABLE.items() if c not in (0x0A, 0x09)}
+_TABLE_JSON = {c: f"\\u{c:04x}" for c in _UNSAFE}
 
 
 def escape(text: str, *, newlines: bool = False) -> str:
     """`text` with every character that steers a terminal written as an escape; with
     `newlines`, line feeds and tabs are kept (the text is shown as several lines of a cell)."""
     return text.translate(_TABLE_MULTILINE if newlines else _TABLE)
+
+
+def escape_json(text: str) -> str:
+    """JSON text (`json.dumps(..., ensure_ascii=False)`) with the characters that steer a
+    terminal and that JSON leaves as they are (DEL, C1, separators, bidirectional controls)
+    written as `\\uXXXX` escapes: the same value once parsed."""
+    return text.translate(_TABLE_JSON)
 
 
 def cell(text: str, *, newlines: bool = False, style: str = "") -> Text:
