@@ -93,3 +93,17 @@ def test_a_controller_whose_run_was_taken_over_stops_renewing_and_is_told(
         lease.check()
     lease.release()
     assert read_holder(storage) is not None and read_holder(storage).host == "another-machine"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("renewed_unix", 10**400), ("started_unix", 10**400), ("renewed_unix", True)],
+)
+def test_a_lease_whose_times_are_no_finite_seconds_is_held_by_nobody(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    storage = open_storage(str(tmp_path / "run"))
+    data = {**asdict(_other_host(renewed_ago=0)), field: value}
+    storage.put(LEASE_FILE, json.dumps(data).encode())
+    assert read_holder(storage) is None
+    Lease.acquire(storage).release()  # nobody holds it: taken without --force

@@ -91,6 +91,17 @@ class LeaseHolder:
         )
 
 
+def _seconds(value: object) -> bool:
+    """Whether `value` is a finite number of seconds (not a bool; an int too large for a float,
+    which `alive` could not subtract from the time, is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def read_holder(storage: Storage) -> LeaseHolder | None:
     """The lease's holder as recorded (None when there is no lease or it does not parse)."""
     try:
@@ -100,17 +111,12 @@ def read_holder(storage: Storage) -> LeaseHolder | None:
         return None
     except (ValueError, TypeError, RecursionError):  # torn or foreign: nobody holds it
         return None
-    number = (int, float)
     typed = (
         isinstance(holder.host, str)
         and type(holder.pid) is int
         and (holder.pid_start is None or type(holder.pid_start) is int)
-        and isinstance(holder.started_unix, number)
-        and isinstance(holder.renewed_unix, number)
-        and not isinstance(holder.started_unix, bool)
-        and not isinstance(holder.renewed_unix, bool)
-        and math.isfinite(holder.started_unix)
-        and math.isfinite(holder.renewed_unix)
+        and _seconds(holder.started_unix)
+        and _seconds(holder.renewed_unix)
     )
     return holder if typed else None
 
