@@ -190,7 +190,7 @@ def _encode(value: object, out: list[str], depth: int, refs: dict[int, str] | No
     t = type(value)
     if value is None or t is bool:
         out.append("N" if value is None else "T" if value else "F")
-    elif type(value) is str:
+    elif t is str:
         out += ("s", str(len(value)), ":", value)
     elif t in _SCALARS:
         tag, text = _SCALARS[t]
