@@ -190,7 +190,7 @@ def _encode(value: object, out: list[str], depth: int, refs: dict[int, str] | No
     t = type(value)
     if value is None or t is bool:
         out.append("N" if value is None else "T" if value else "F")
-    elif t is str:
+    elif type(value) is str:  # not `t is str`: mypy narrows `value` only this way
         out += ("s", str(len(value)), ":", value)
     elif t in _SCALARS:
         tag, text = _SCALARS[t]
