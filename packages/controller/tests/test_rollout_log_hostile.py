@@ -174,3 +174,34 @@ def test_a_genuine_record_reads_back_and_a_torn_one_is_not_called_hostile(
     storage.put(f"rollouts/{U}.rec", whole[:-7])  # torn by a crash: its sha256 fails
     fresh = RolloutLog(storage)
     assert fresh.read(U) is None and fresh.torn == {U} and fresh.bad == {}
+
+
+def _v1(payload: dict[str, object]) -> bytes:
+    """`payload` in an RLXROLL1 frame (the first format, JSON) whose sha256 and length are right."""
+    body = json.dumps(payload).encode()
+    return b"RLXROLL1 %s %d\n" % (hashlib.sha256(body).hexdigest().encode(), len(body)) + body
+
+
+def test_a_first_format_record_whose_reward_no_float_holds_is_read_as_lost(
+    tmp_path: Path,
+) -> None:
+    good = _good()
+    samples = [
+        {
+            "tokens": list(s.tokens),
+            "logp": [-0.5, -0.25],
+            "finish": "stop",
+            "status": "AC",
+            "reward": 1.0,
+        }
+        for group in good.groups
+        for s in group.samples
+    ]
+    payload = {"unit": good.unit, "version": 2, "generated_tokens": 4, "samples": samples}
+    assert decode_record(_v1(payload)) is not None  # the control: the genuine one reads
+    samples[0]["reward"] = 10**400  # JSON's integers have no bound; a float's range does
+    assert decode_record(_v1(payload)) is None
+    storage = open_storage(tmp_path)
+    storage.put(f"rollouts/{U}.rec", _v1(payload))
+    with pytest.raises(Corrupt, match="payload: not an RLXROLL1 payload: OverflowError"):
+        RolloutLog(storage).read(U)

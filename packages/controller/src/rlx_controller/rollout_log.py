@@ -147,7 +147,7 @@ def _from_json(payload: Any) -> RolloutUnit:
             generated_tokens=int(payload["generated_tokens"]),
             groups=groups,
         )
-    except (KeyError, TypeError, IndexError, RlxError) as e:
+    except (KeyError, TypeError, IndexError, OverflowError, RlxError) as e:  # a huge reward
         raise ValueError(f"not an RLXROLL1 payload: {e!r}") from None
 
 
