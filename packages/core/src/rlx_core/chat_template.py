@@ -222,11 +222,11 @@ _FILTER_CHECKS: dict[str, Callable[[Any, tuple, dict], None]] = {
 
 def _bounded_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     check = _FILTER_CHECKS.get(name)
+    # the value filtered follows the context or environment a marked filter is given
+    skip = 1 if getattr(fn, "jinja_pass_arg", None) is not None else 0
 
     @functools.wraps(fn)  # keeps jinja's pass_context / pass_environment marks
     def run(*args: Any, **kwargs: Any) -> Any:
-        # the value filtered follows the context or environment a marked filter is given
-        skip = 1 if getattr(fn, "jinja_pass_arg", None) is not None else 0
         if check is not None and len(args) > skip:
             check(args[skip], args[skip + 1 :], kwargs)
         return _checked(fn(*args, **kwargs), f"|{name}")
