@@ -7,6 +7,8 @@ exiting early, attacking the judge's process) are never AC; right ones are."""
 
 from __future__ import annotations
 
+import marshal
+
 import pytest
 
 from rlx_core.clients.verifier import VerifySample
@@ -382,10 +384,11 @@ def test_instances_and_functions_do_not_cross(verifier: Verifier) -> None:
 def test_a_sandbox_python_of_another_bytecode_compiles_the_judge(
     verifier: Verifier, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the judge's code as marshalled by a Python whose magic number the sandbox's does not have
+    # code marshalled by a Python whose magic number the sandbox's does not have: code that
+    # would exit 0 at once (AC for any candidate) if the entry point ran it anyway
     assert_python.compose("main.py", "", "")  # the judge's files made
-    code = assert_python._FILES[assert_python.JUDGE_CODE]
-    monkeypatch.setitem(assert_python._FILES, assert_python.JUDGE_CODE, "00000000" + code[8:])
+    code = marshal.dumps(compile("import os\nos._exit(0)\n", "other", "exec")).hex()
+    monkeypatch.setitem(assert_python._FILES, assert_python.JUDGE_CODE, f"00000000\n{code}")
     right = "def add(a, b):\n    return a + b  # compiled judge\n"
     assert verifier.run_program("python", right, harness=ADD).status == "AC"
     wrong = right.replace("a + b", "a - b")
