@@ -34,6 +34,7 @@ from rlx_cli.terminal import cell, one_line
 from rlx_core.errors import NotFound, RlxError
 
 if TYPE_CHECKING:
+    from rlx_controller.lease import LeaseHolder
     from rlx_controller.processes import Process
     from rlx_controller.rundir import RunPaths
 
@@ -386,21 +387,16 @@ def resume(
     _drive(cfg, paths, resume=True, force=force)
 
 
-def _controller(paths: RunPaths) -> Process | None:
-    """The run's controller on this machine: the process `controller.pid` names, while the run's
-    lease names that pid on this host with the process's start time (`LeaseHolder.process`). A
-    stale file may name a pid the system has since given to another program, an rlx of another
-    run included: None then, and it is never signalled."""
-    from rlx_controller.lease import read_holder
+def _controller(work: Path, holder: LeaseHolder | None) -> Process | None:
+    """The run's controller on this machine: the process `controller.pid` in `work` names, while
+    `holder` (the run's lease, as read) names that pid on this host with the process's start time
+    (`LeaseHolder.process`). A stale file may name a pid the system has since given to another
+    program, an rlx of another run included: None then, and it is never signalled."""
     from rlx_controller.rundir import CONTROLLER_PID
 
     try:
-        pid = int((paths.work / CONTROLLER_PID).read_text().strip())
+        pid = int((work / CONTROLLER_PID).read_text().strip())
     except (OSError, ValueError):
-        return None
-    try:
-        holder = read_holder(paths.storage)
-    except RlxError:  # the run directory cannot be read: the controller cannot be told apart
         return None
     if holder is None or holder.pid != pid:
         return None
@@ -532,7 +528,7 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
     )
     snap = SnapshotStore(paths.storage).latest()
     holder = read_holder(paths.storage)
-    controller = _controller(paths)
+    controller = _controller(run, holder)
     pid = None if controller is None else controller.pid
     last = trained[-1] if trained else {}
     numerics = {
@@ -726,6 +722,8 @@ def down(
     """Stop RUN: SIGTERM the controller (it writes a snapshot and stops its services), then stop
     any service still running. Safe to repeat; `rlx resume RUN` continues the run. Only this
     run's processes are signalled (each recognised by pid, start time and run)."""
+    from rlx_controller.lease import read_holder
+
     paths = _paths(run, work_dir)
     work = paths.work
     if not work.is_dir():
@@ -733,7 +731,11 @@ def down(
             f"{work}: no such run directory"
             + (f" (work dir of {paths.uri})" if paths.remote else "")
         )
-    controller = _controller(paths)
+    try:
+        holder = read_holder(paths.storage)
+    except RlxError:  # the run directory cannot be read: the controller cannot be told apart
+        holder = None
+    controller = _controller(work, holder)
     pid = None if controller is None else controller.pid
     if controller is not None and controller.signal(signal.SIGTERM):
         typer.echo(
