@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 
 from rlx_core.clients.verifier import VerifySample
-from rlx_verifier import Repositories, Verifier, judge_sample
+from rlx_verifier import Verifier
+
+from .conftest import judge_one
 
 ADD_CPP_HARNESS = (
     "#include <cassert>\nint main() {\n    assert(add(1, 2) == 3);\n    assert(add(2, 2) == 4);\n}"
@@ -262,25 +264,20 @@ def test_candidate_cannot_read_the_tests(verifier: Verifier) -> None:
 
 
 def test_attacks_through_judge_sample(verifier: Verifier) -> None:
-    repos = Repositories()
-    try:
-        for lang, name in (
-            ("cpp", "operator== for vector and string"),
-            ("rust", "panic hook printing the marker"),
-        ):
-            source, harness = (CPP_ATTACKS if lang == "cpp" else RS_ATTACKS)[name]
-            result = judge_sample(verifier, repos, VerifySample.asserts("s", lang, source, harness))
-            assert result.status in ("WA", "RE") and result.score == 0.0, result
-        right = judge_sample(
-            verifier,
-            repos,
-            VerifySample.asserts(
-                "r", "cpp", "int add(int a, int b) { return a + b; }\n", ADD_CPP_HARNESS
-            ),
-        )
-        assert right.status == "AC" and right.score == 1.0, right
-    finally:
-        repos.close()
+    for lang, name in (
+        ("cpp", "operator== for vector and string"),
+        ("rust", "panic hook printing the marker"),
+    ):
+        source, harness = (CPP_ATTACKS if lang == "cpp" else RS_ATTACKS)[name]
+        result = judge_one(verifier, VerifySample.asserts("s", lang, source, harness))
+        assert result.status in ("WA", "RE") and result.score == 0.0, result
+    right = judge_one(
+        verifier,
+        VerifySample.asserts(
+            "r", "cpp", "int add(int a, int b) { return a + b; }\n", ADD_CPP_HARNESS
+        ),
+    )
+    assert right.status == "AC" and right.score == 1.0, right
 
 
 RIGHT_CPP = r"""
