@@ -37,13 +37,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlx_controller.code_tasks import (
-    BadRecord,
-    CodeTask,
-    brief,
-    code_task,
-    manifest_problems,
-)
+from rlx_controller.code_tasks import BadRecord, CodeTask, brief, code_task, manifest_problems
 from rlx_controller.gold_answers import gold_answer
 from rlx_controller.mixture import MixtureSource
 from rlx_controller.run_config import DatasetConfig, PrefilterConfig, RunConfig, split_uri
@@ -135,7 +129,8 @@ def _too_long(uri: str, number: int) -> InvalidArgument:
 def _after_blanks(block: bytes, at: int) -> int:
     """The position of the first byte at or after `at` that is not whitespace."""
     m = _BLANKS.match(block, at)
-    return m.end() if m is not None else at
+    assert m is not None  # `\s*` matches everywhere
+    return m.end()
 
 
 def _block_records(uri: str, block: bytes, number: int) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -188,20 +183,10 @@ def _json_lines(uri: str) -> Iterator[tuple[int, dict[str, Any]]]:
         yield from _block_records(uri, b"".join(pending), number)
 
 
-def _jsonl(uri: str) -> tuple[list[dict[str, Any]], list[int]]:
-    """The JSON objects of a JSONL file (gzipped or not) and their 1-based line numbers."""
-    records: list[dict[str, Any]] = []
-    lines: list[int] = []
-    for number, record in _json_lines(uri):
-        records.append(record)
-        lines.append(number)
-    return records, lines
-
-
 def read_jsonl(uri: str) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL file (path or URI; gzipped or not); blank lines are skipped
     but counted in error messages' line numbers. Bounded as the module says."""
-    return _jsonl(uri)[0]
+    return [record for _, record in _json_lines(uri)]
 
 
 def _parquet_rows(
@@ -257,18 +242,11 @@ def _parquet_rows(
     return rows(), names
 
 
-def _parquet(
-    uri: str, columns: Collection[str] | None
-) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
-    rows, names = _parquet_rows(uri, columns)
-    return list(rows), names
-
-
 def read_parquet(uri: str, columns: Collection[str] | None = None) -> list[dict[str, Any]]:
     """The rows of a Parquet file (path or URI) as dicts of those of `columns` it has (None:
     all); nested columns come as Python lists and dicts (a list of structs: a list of dicts).
     Bounded as the module says."""
-    return _parquet(uri, columns)[0]
+    return list(_parquet_rows(uri, columns)[0])
 
 
 def _show_end(text: str) -> str:
@@ -467,7 +445,7 @@ def load_dataset(
             parquet, columns = _parquet_rows(cfg.path, needed)
             rows = ((None, r) for r in parquet)
         else:
-            rows = ((n, r) for n, r in _json_lines(cfg.path))
+            rows = _json_lines(cfg.path)
         records: list[dict[str, Any]] = []
         for number, record in rows:
             i = len(records)
