@@ -85,7 +85,7 @@ def _check_not_a_run(out: Path, paths: RunPaths) -> None:
                 "hold or sit inside it"
             )
     for d in (target, *target.parents):
-        mark = _run_mark(d) if d.is_dir() else None
+        mark = _run_mark(d)  # a file or a missing path holds no marker
         if mark is not None:
             raise InvalidArgument(
                 f"--out {out}: {d} is a run directory (it holds {mark}); an export may not "
