@@ -48,22 +48,29 @@ checkpoint_every = 2
     return config
 
 
-def test_up_refuses_a_row_the_verifier_could_never_take(tmp_path: Path) -> None:
+def _config_with_a_row_never_taken(tmp_path: Path) -> Path:
+    """A run config whose dataset's second row asks for 1e30 MiB of memory."""
     tests = json.dumps(ECHO_TESTS)
-    config = _config(
+    return _config(
         tmp_path,
         [
             '{"prompt": "echo", "tests": ' + tests + "}",
             '{"prompt": "echo", "tests": ' + tests + ', "mem": 1e30}',
         ],
     )
-    proc = subprocess.run(
-        [*CLI, "up", str(config)], capture_output=True, text=True, timeout=120, check=False
-    )
+
+
+def _refused(*args: str) -> str:
+    """Run `rlx ARGS` expecting a refusal: a non-zero exit and one line of output, no traceback."""
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode != 0
     lines = (proc.stdout + proc.stderr).strip().splitlines()
-    assert len(lines) == 1, lines  # one line, no traceback
-    line = lines[0]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_up_refuses_a_row_the_verifier_could_never_take(tmp_path: Path) -> None:
+    line = _refused("up", str(_config_with_a_row_never_taken(tmp_path)))
     assert line.startswith("rlx: ") and "datasets[0].memory_field" in line
     assert f"{tmp_path / 'code.jsonl'}:2: 'mem' = 1e+30: must be" in line
     assert "(verifier.judge.max_memory_mb)" in line
@@ -114,23 +121,11 @@ def test_a_sample_the_verifier_refuses_is_counted_logged_and_the_run_goes_on(
 def test_resume_refuses_a_row_added_since_as_one_line_before_any_service(tmp_path: Path) -> None:
     # a run whose dataset file gained a bad row after it started: `rlx resume` loads the datasets
     # with the same checks as `rlx up`, before starting anything
-    tests = json.dumps(ECHO_TESTS)
-    config = _config(
-        tmp_path,
-        [
-            '{"prompt": "echo", "tests": ' + tests + "}",
-            '{"prompt": "echo", "tests": ' + tests + ', "mem": 1e30}',
-        ],
-    )
+    config = _config_with_a_row_never_taken(tmp_path)
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.toml").write_text(config.read_text())
-    proc = subprocess.run(
-        [*CLI, "resume", str(run)], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert proc.returncode != 0
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("rlx: ") and "datasets[0].memory_field" in lines[0]
-    assert f"{tmp_path / 'code.jsonl'}:2: 'mem' = 1e+30: must be" in lines[0], lines[0]
+    line = _refused("resume", str(run))
+    assert line.startswith("rlx: ") and "datasets[0].memory_field" in line
+    assert f"{tmp_path / 'code.jsonl'}:2: 'mem' = 1e+30: must be" in line, line
     assert not (run / "services.json").exists() and not (run / "metrics.jsonl").exists()
