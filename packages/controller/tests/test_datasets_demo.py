@@ -143,3 +143,20 @@ def test_task_validation() -> None:
         AdditionTask(digits=1, heldout=100)
     with pytest.raises(ValueError, match="digits"):
         AdditionTask(digits=0)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"dataset": "m", "row": 1e400, "pass_rate": 0.5}',
+        '{"dataset": "m", "row": 0, "pass_rate": 1%s}' % ("0" * 400),
+    ],
+)
+def test_a_prefilter_record_whose_number_no_int_or_float_holds_is_a_config_error(
+    tmp_path: Path, line: str
+) -> None:
+    pf = tmp_path / "pf.jsonl"
+    pf.write_text(line + "\n")
+    with pytest.raises(ConfigError, match="record 1 needs dataset, row and pass_rate") as info:
+        load_prefilter(str(pf))
+    assert info.value.field == "prefilter.file"

@@ -523,7 +523,8 @@ def load_prefilter(uri: str) -> dict[str, dict[int, float]]:
         try:
             dataset, row, rate = str(record["dataset"]), int(record["row"]), record["pass_rate"]
             rate = float(rate)
-        except (KeyError, TypeError, ValueError):
+        # OverflowError: a row of 1e400 (inf to int), a pass_rate of 400 digits (to float)
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise ConfigError(
                 f"{uri}: record {number} needs dataset, row and pass_rate: {record!r}",
                 field="prefilter.file",
