@@ -35,9 +35,12 @@ __all__ = ["BLOBS", "MANIFESTS", "TRANSIENT", "Repositories", "blob_link", "dige
 BLOBS = "blobs"
 MANIFESTS = "manifests"
 TRANSIENT = "transient"
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _TRANSIENT_RUN = re.compile(r"^(\d+)-[0-9a-f]+$")
-_TRANSIENT_KEY = re.compile(rf"^{TRANSIENT}/\d+-[0-9a-f]+/\d+$")  # what put_output writes
+# The keys a link may end in, by the folder they start with: what put_blob and put_output write.
+_LINK_KEYS = {
+    BLOBS: re.compile(rf"^{BLOBS}/[0-9a-f]{{64}}$"),
+    TRANSIENT: re.compile(rf"^{TRANSIENT}/\d+-[0-9a-f]+/\d+$"),
+}
 
 
 def digest(data: bytes) -> str:
@@ -51,15 +54,11 @@ def blob_link(root: str, sha256: str) -> str:
 def split_link(link: str) -> tuple[str, str]:
     """(repository root URI, key) of a link to `.../blobs/<sha256>` or a phase-1 output
     `.../transient/<expires>-<hex>/<n>`; InvalidArgument for anything else (a `..` in it)."""
-    for marker in (f"/{BLOBS}/", f"/{TRANSIENT}/"):
-        i = link.rfind(marker)
+    for folder, key_form in _LINK_KEYS.items():
+        i = link.rfind(f"/{folder}/")
         if i > 0:
             root, key = link[:i], link[i + 1 :]
-            if marker == f"/{BLOBS}/":
-                ok = _DIGEST.match(key[len(BLOBS) + 1 :]) is not None
-            else:
-                ok = _TRANSIENT_KEY.match(key) is not None
-            if ok and ".." not in root.split("/"):
+            if key_form.match(key) and ".." not in root.split("/"):
                 return root, key
             break
     raise InvalidArgument(
