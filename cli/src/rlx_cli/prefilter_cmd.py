@@ -16,7 +16,6 @@ from pathlib import Path
 import typer
 
 from rlx_cli.terminal import one_line
-from rlx_core.errors import RlxError
 
 __all__ = ["prefilter"]
 
@@ -56,16 +55,13 @@ def prefilter(
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     out = out or str(run_dir / "prefilter.jsonl")
-    try:
-        cfg = _load_config(config, _paths(run_dir, None), overrides, example or "addition")
-        # the pre-filter being computed must not filter the datasets it reads
-        cfg = dataclasses.replace(cfg, prefilter=dataclasses.replace(cfg.prefilter, file=""))
-        driver = Driver(cfg, run_dir, log=lambda m: print(one_line(m), file=sys.stderr, flush=True))
-        t0 = time.monotonic()
-        result = driver.prefilter(out, samples=samples, limit=limit)
-    except RlxError as e:
-        typer.echo("rlx: " + one_line(f"{type(e).__name__}: {e}"), err=True)
-        raise typer.Exit(1) from None
+    # an RlxError is `rlx`'s one escaped error line (main._RlxGroup)
+    cfg = _load_config(config, _paths(run_dir, None), overrides, example or "addition")
+    # the pre-filter being computed must not filter the datasets it reads
+    cfg = dataclasses.replace(cfg, prefilter=dataclasses.replace(cfg.prefilter, file=""))
+    driver = Driver(cfg, run_dir, log=lambda m: print(one_line(m), file=sys.stderr, flush=True))
+    t0 = time.monotonic()
+    result = driver.prefilter(out, samples=samples, limit=limit)
     lo, hi = cfg.prefilter.min_pass_rate, cfg.prefilter.max_pass_rate
     mean = result["mean_pass_rate"]
     typer.echo(
