@@ -39,7 +39,6 @@ __all__ = [
     "LocalProvider",
     "ServiceHandle",
     "ServiceSpec",
-    "process_alive",
     "process_cmdline",
     "read_services",
     "runs_service",
@@ -371,12 +370,6 @@ def write_services(
     tmp = Path(run_dir) / f".{STATE_FILE}.tmp"
     tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
     os.replace(tmp, Path(run_dir) / STATE_FILE)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` exists and has not exited (a zombie has). Says nothing about which
-    process it is: `service_process` does."""
-    return start_time(pid) is not None
 
 
 def process_cmdline(pid: int) -> bytes:
