@@ -59,6 +59,10 @@ HOSTILE = {
     "a huge percent width": ("{{ '%1000000000d' % 1 }}", "width 1000000000"),
     "a huge join": ("{{ (['a' * 4000000] * 2)|join }}", "characters"),
     "a huge replace": ("{{ ('a' * 100000).replace('a', 'b' * 100000) }}", "characters"),
+    "a huge |replace": (
+        "{{ ('a' * 100000)|replace('a', 'b' * 100000) }}",
+        "|replace would make a value of 10000100000 characters",
+    ),
     "endless recursion": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "Recursion"),
     "random": ("{{ messages|random }}", "|random, which renders differently on every call"),
     "lipsum": ("{{ lipsum(1) }}", "lipsum, which renders differently on every call"),

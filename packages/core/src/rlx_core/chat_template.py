@@ -132,6 +132,13 @@ def _check_format(fmt: str, what: str) -> None:
                 raise _Bound(f"{what}: width {digits} (at most {MAX_WIDTH})")
 
 
+def _replaced_size(s: Any, old: Any, new: Any) -> int:
+    """The length of `s.replace(old, new)` at most (an empty `old` inserts `new` at every one of
+    the len(s) + 1 positions)."""
+    count = s.count(old) if old else len(s) + 1
+    return len(s) + count * len(new)
+
+
 def _check_str_call(name: str, s: str | bytes, args: tuple[Any, ...], kw: Mapping) -> None:
     """The string methods that can make a large string from a small one, checked first."""
     what = f"str.{name}"
@@ -148,8 +155,7 @@ def _check_str_call(name: str, s: str | bytes, args: tuple[Any, ...], kw: Mappin
     elif name == "replace" and len(args) >= 2:
         old, new = args[0], args[1]
         if isinstance(old, type(s)) and isinstance(new, type(s)):
-            count = s.count(old) if old else len(s) + 1  # type: ignore[arg-type]
-            _need(len(s) + count * len(new), what)
+            _need(_replaced_size(s, old, new), what)
     elif name == "translate" and args and isinstance(args[0], Mapping):
         longest = max((_weight(v) for v in args[0].values()), default=1)
         _need(len(s) * max(longest, 1), what)
@@ -194,9 +200,7 @@ def _f_join(value: Any, args: tuple, kw: dict) -> None:
 
 def _f_replace(value: Any, args: tuple, kw: dict) -> None:
     if isinstance(value, str) and len(args) >= 2 and isinstance(args[0], str):
-        old, new = args[0], str(args[1])
-        count = value.count(old) if old else len(value) + 1
-        _need(len(value) + count * len(new), "|replace")
+        _need(_replaced_size(value, args[0], str(args[1])), "|replace")
 
 
 def _f_format(value: Any, args: tuple, kw: dict) -> None:
