@@ -184,7 +184,7 @@ def service_procs(run_dir: Path) -> dict[str, Process]:
     rlx_controller.processes): a pid the system has given to another process is left alone."""
     try:
         handles = read_services(run_dir)
-    except RlxError:  # being rewritten, or not there yet
+    except RlxError:  # not a services file rlx wrote (a missing one reads as {})
         return {}
     procs = {name: service_process(h, run_dir) for name, h in handles.items() if h.pid}
     return {name: p for name, p in procs.items() if p is not None}
