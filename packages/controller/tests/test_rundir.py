@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlx_controller.rundir import RunPaths, default_work_dir, is_remote
+from rlx_controller.rundir import RunPaths, default_work_dir, is_remote, sweep_temporaries
 from rlx_core.errors import InvalidArgument
 
 
@@ -35,3 +35,22 @@ def test_a_remote_run_works_in_the_user_cache_unless_told(
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_work_dir("gs://b/p") == tmp_path / "home" / ".cache" / "rlx/runs/gs/b/p"
     assert RunPaths.of("gs://b/p", tmp_path / "w").work == tmp_path / "w"
+
+
+def test_the_sweep_removes_only_temporaries_and_only_under_the_swept_folders(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    kept = ["rollouts/b0.rec", "checkpoints/step_2/a.bin", "config.toml", ".rlx-tmp-1-x"]
+    kept += ["data/.rlx-tmp-2-y"]  # outside rollouts/, snapshots/, checkpoints/: not ours
+    swept = ["rollouts/.rlx-tmp-3-b1.rec", "checkpoints/step_2/.rlx-tmp-4-a.bin"]
+    swept += ["snapshots/.rlx-tmp-5-s.json"]
+    for name in kept + swept:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(b"x")
+    assert sweep_temporaries(run) == sorted(swept)
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file()) == sorted(
+        kept
+    )
+    assert sweep_temporaries(run) == []  # nothing left to sweep
+    assert sweep_temporaries("s3://bucket/runs/r1") == []  # a remote run's writes are uploads
