@@ -164,7 +164,12 @@ def _new_driver(cfg: Any, paths: RunPaths, log: _Log) -> Any:
 
 
 def _drive(
-    cfg: Any, paths: RunPaths, resume: bool, force: bool = False, *, prepared: Any = None
+    cfg: Any,
+    paths: RunPaths,
+    resume: bool,
+    force: bool = False,
+    *,
+    prepared: tuple[Any, _Log] | None = None,
 ) -> None:
     """Run the controller loop (`prepared`: a Driver `up` has already made, with its _Log)."""
     if prepared is None:
