@@ -453,9 +453,9 @@ def load_dataset(
             _check_record(cfg, field_path, needed, columns, where, i, record, problems, judge)
             trimmed = {n: record[n] for n in keep if n in record}
             records.append(trimmed if len(trimmed) < len(record) else record)
-    except InvalidArgument as e:
-        if isinstance(e, ConfigError):
-            raise
+    except ConfigError:  # a record's: it names its own field
+        raise
+    except InvalidArgument as e:  # the file's (reading it, or a bound)
         raise ConfigError(str(e), field=f"{field_path}.path", value=cfg.path) from None
     if not records:
         raise ConfigError(f"{cfg.path} holds no records", field=f"{field_path}.path")
