@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,9 @@ def test_start_restart_and_stop_real_services(provider: LocalProvider, tmp_path:
     assert all(h.pid_start is not None for h in recorded.values())
     assert all(runs_service(h, provider.run_dir) for h in recorded.values())
     assert not any(runs_service(h, provider.run_dir / "other") for h in recorded.values())
+    # a start time other than the recorded one: the pid names another process now
+    moved = [replace(h, pid_start=(h.pid_start or 0) + 1) for h in recorded.values()]
+    assert not any(runs_service(h, provider.run_dir) for h in moved)
 
     # SIGKILL the paramserver: the provider sees it dead and restarts it on the same port
     os.kill(ps.pid, signal.SIGKILL)
