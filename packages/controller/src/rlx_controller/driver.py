@@ -210,7 +210,8 @@ def _judge_metrics(groups: Sequence[RolloutGroup], records: Sequence[RolloutUnit
     cost: the verifier's mean wall seconds per judged code sample (NO_CODE ones never reach it)
     compiling, running and checking
     (`verifier/compile_s`, `/run_s`, `/check_s`; 0 for a cached verdict), and the seconds the
-    controller waited on it for the batch's units (`verifier/wait_s`)."""
+    controller waited on it for the batch's units (`verifier/wait_s`); `verifier_errors`: the
+    samples it refused (ERROR) in all of the batch's units, trained on or not."""
     rewards: dict[str, list[float]] = {}
     verdicts: dict[str, int] = {}
     costs = np.zeros(3)
@@ -230,7 +231,6 @@ def _judge_metrics(groups: Sequence[RolloutGroup], records: Sequence[RolloutUnit
         for name, values in sorted(rewards.items())
     }
     out["verdicts"] = dict(sorted(verdicts.items()))
-    # samples the verifier refused (ERROR), in every unit of the batch, trained on or not
     out["verifier_errors"] = sum(
         s.status == "ERROR" for r in records for g in r.groups for s in g.samples
     )
