@@ -430,6 +430,18 @@ def test_unsupported_signature_is_ce_naming_the_type(
     assert "not supported" in r.compile_output and named in r.compile_output, r.compile_output
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "source", ["fn add(a: i32, b: i32", "fn add<T(a: T) -> T { a }", "(x) fn add< "]
+)
+def test_a_cut_off_rust_candidate_is_ce(verifier: Verifier, source: str) -> None:
+    """An unclosed `(` or `<` after `fn NAME` (a generation cut off mid-signature) is a CE; the
+    scan for the candidate's signatures once looped on it for ever."""
+    _need(verifier, "rust")
+    r = verifier.run_program("rust", source, harness=ADD_RS_HARNESS)
+    assert r.status == "CE", r
+
+
 THROWING_CPP = """#include <stdexcept>
 #include <string>
 int parse(std::string s) { if (s.empty()) throw std::invalid_argument("empty"); return std::stoi(s); }

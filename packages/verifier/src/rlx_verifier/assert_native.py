@@ -604,9 +604,13 @@ def _rs_functions(stripped: str) -> list[tuple[str, list[str], list[str], list[s
             generics: list[str] = []
             if j < len(toks) and toks[j] == "<":
                 end = _match(toks, j, "<", ">")
+                if end < 0:  # never closed (a cut-off source): nothing after it is top level
+                    break
                 generics, j = toks[j + 1 : end], end + 1
             if j < len(toks) and toks[j] == "(":
                 end = _match(toks, j, "(", ")")
+                if end < 0:
+                    break
                 params, j = toks[j + 1 : end], end + 1
                 ret: list[str] = []
                 if j < len(toks) and toks[j] == "->":
