@@ -13,6 +13,7 @@ import pytest
 
 from rlx_controller import lease as lease_mod
 from rlx_controller.lease import LEASE_FILE, STALE_S, Lease, LeaseHolder, RunBusy, read_holder
+from rlx_controller.processes import start_time
 from rlx_core.storage import Storage, open_storage
 
 
@@ -61,7 +62,7 @@ def test_on_this_host_the_holder_is_alive_exactly_while_its_process_is(tmp_path:
     other = subprocess.Popen(["sleep", "60"])
     try:
         holder = replace(
-            LeaseHolder.me(time.time()), pid=other.pid, pid_start=lease_mod._start_time(other.pid)
+            LeaseHolder.me(time.time()), pid=other.pid, pid_start=start_time(other.pid)
         )
         _write(storage, replace(holder, renewed_unix=time.time() - 10 * STALE_S))
         with pytest.raises(RunBusy, match=f"pid {other.pid}") as e:

@@ -50,7 +50,7 @@ class RunBusy(FailedPrecondition):
     """Another controller holds the run."""
 
 
-_start_time = start_time  # the name tests and older callers use
+_start_time = start_time  # the name cli/tests/test_up_cli.py imports; call start_time
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class LeaseHolder:
     @classmethod
     def me(cls, started_unix: float) -> LeaseHolder:
         pid = os.getpid()
-        return cls(socket.gethostname(), pid, _start_time(pid), started_unix, time.time())
+        return cls(socket.gethostname(), pid, start_time(pid), started_unix, time.time())
 
     def is_me(self) -> bool:
         return self.host == socket.gethostname() and self.pid == os.getpid()
