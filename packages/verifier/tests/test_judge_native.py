@@ -442,6 +442,20 @@ def test_a_cut_off_rust_candidate_is_ce(verifier: Verifier, source: str) -> None
     assert r.status == "CE", r
 
 
+@pytest.mark.timeout(60)
+def test_aliases_of_aliases_are_ce_not_an_exponential_expansion(verifier: Verifier) -> None:
+    """Eight levels of `#define`s, each thirty of the one below, name a type of 30**8 tokens:
+    refused after a bounded read, naming the function, not expanded for hours."""
+    _need(verifier, "cpp")
+    defines = "#define T0 int\n" + "".join(
+        f"#define T{i} {' '.join([f'T{i - 1}'] * 30)}\n" for i in range(1, 9)
+    )
+    r = verifier.run_program("cpp", defines + "T8 add(int a, int b) { return a + b; }\n",
+                             harness=ADD_CPP_HARNESS)  # fmt: skip
+    assert r.status == "CE", r
+    assert "'add'" in r.compile_output and "over 10000 tokens" in r.compile_output, r
+
+
 THROWING_CPP = """#include <stdexcept>
 #include <string>
 int parse(std::string s) { if (s.empty()) throw std::invalid_argument("empty"); return std::stoi(s); }

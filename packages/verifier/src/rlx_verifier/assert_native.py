@@ -183,6 +183,7 @@ _CPP_TEMPLATES = {
     "unordered_map": 2,
     "pair": 2,
 }
+_MAX_ALIAS_TOKENS = 10_000  # tokens read expanding one type's aliases
 _CPP_WORDS = {"char", "short", "int", "long", "signed", "unsigned", "bool", "float", "double"}
 
 
@@ -204,18 +205,28 @@ class _CppTypes:
     def __init__(self, aliases: dict[str, list[str]]) -> None:
         self.aliases = aliases
 
-    def expand(self, toks: list[str], depth: int = 0) -> list[str]:
+    def expand(self, toks: list[str], where: str) -> list[str]:
+        """`toks` with the candidate's aliases replaced, 8 deep at most; Unsupported past
+        _MAX_ALIAS_TOKENS tokens read (aliases of aliases grow exponentially)."""
         out: list[str] = []
-        for t in toks:
-            if t in self.aliases and depth < 8:
-                out += self.expand(self.aliases[t], depth + 1)
-            else:
-                out.append(t)
+        budget = [_MAX_ALIAS_TOKENS]
+
+        def walk(toks: list[str], depth: int) -> None:
+            for t in toks:
+                budget[0] -= 1
+                if budget[0] < 0:
+                    raise Unsupported(f"{where}: a type of over {_MAX_ALIAS_TOKENS} tokens")
+                if t in self.aliases and depth < 8:
+                    walk(self.aliases[t], depth + 1)
+                else:
+                    out.append(t)
+
+        walk(toks, 0)
         return out
 
     def parse(self, toks: list[str], where: str) -> tuple[str, str]:
         """(kind: "value" | "cref" | "ref", canonical type) of a parameter or return type."""
-        toks = [t for t in self.expand(toks) if t not in ("inline", "static", "constexpr")]
+        toks = [t for t in self.expand(toks, where) if t not in ("inline", "static", "constexpr")]
         kind = "value"
         if toks and toks[-1] == "&":
             toks = toks[:-1]
