@@ -456,6 +456,25 @@ def test_aliases_of_aliases_are_ce_not_an_exponential_expansion(verifier: Verifi
     assert "'add'" in r.compile_output and "over 10000 tokens" in r.compile_output, r
 
 
+@pytest.mark.parametrize(
+    ("lang", "source", "harness"),
+    [
+        ("cpp", "int add(" + "std::vector<" * 2000 + "int" + ">" * 2000 + " a) { return 0; }\n",
+         ADD_CPP_HARNESS),
+        ("rust", "fn add(a: " + "Vec<" * 2000 + "i32" + ">" * 2000 + ") -> i32 { 0 }\n",
+         ADD_RS_HARNESS),
+    ],
+)  # fmt: skip
+def test_a_type_nested_past_the_recursion_limit_is_ce(
+    verifier: Verifier, lang: str, source: str, harness: str
+) -> None:
+    """The candidate's doing, so a CE (it was a RecursionError out of run_program: INFRA)."""
+    _need(verifier, lang)
+    r = verifier.run_program(lang, source, harness=harness)
+    assert r.status == "CE", r
+    assert "a type is nested too deep" in r.compile_output, r.compile_output[-2000:]
+
+
 THROWING_CPP = """#include <stdexcept>
 #include <string>
 int parse(std::string s) { if (s.empty()) throw std::invalid_argument("empty"); return std::stoi(s); }

@@ -66,6 +66,12 @@ class Unsupported(Exception):
     """A signature the judge cannot proxy; its message names the function and the type."""
 
 
+def _why(e: Unsupported | RecursionError) -> str:
+    """Why a candidate's signatures cannot be proxied (a type nested past Python's recursion
+    limit is the candidate's doing too: a CE, not an infrastructure error)."""
+    return "a type is nested too deep" if isinstance(e, RecursionError) else str(e)
+
+
 # --- shared scanning ------------------------------------------------------------------------------
 
 _TOKEN = re.compile(r"\s*(?:([A-Za-z_]\w*)|(\d[\w.']*)|(::|->|'[A-Za-z_]\w*|[^\s\w]))")
@@ -183,7 +189,7 @@ _CPP_TEMPLATES = {
     "unordered_map": 2,
     "pair": 2,
 }
-_MAX_ALIAS_TOKENS = 10_000  # tokens read expanding one type's aliases
+_MAX_ALIAS_TOKENS = 10_000  # tokens read from aliases while expanding one type
 _CPP_WORDS = {"char", "short", "int", "long", "signed", "unsigned", "bool", "float", "double"}
 
 
@@ -207,15 +213,18 @@ class _CppTypes:
 
     def expand(self, toks: list[str], where: str) -> list[str]:
         """`toks` with the candidate's aliases replaced, 8 deep at most; Unsupported past
-        _MAX_ALIAS_TOKENS tokens read (aliases of aliases grow exponentially)."""
+        _MAX_ALIAS_TOKENS tokens read from aliases (aliases of aliases grow exponentially)."""
         out: list[str] = []
         budget = [_MAX_ALIAS_TOKENS]
 
         def walk(toks: list[str], depth: int) -> None:
             for t in toks:
-                budget[0] -= 1
-                if budget[0] < 0:
-                    raise Unsupported(f"{where}: a type of over {_MAX_ALIAS_TOKENS} tokens")
+                if depth:  # the type's own tokens are bounded by the source
+                    budget[0] -= 1
+                    if budget[0] < 0:
+                        raise Unsupported(
+                            f"{where}: aliases expanding to over {_MAX_ALIAS_TOKENS} tokens"
+                        )
                 if t in self.aliases and depth < 8:
                     walk(self.aliases[t], depth + 1)
                 else:
@@ -381,8 +390,8 @@ def compose_cpp(candidate: str, harness: str) -> dict[str, str]:
         raise ValueError("a C++ harness must end with the closing brace of main")
     try:
         funcs, includes, uses_std = _cpp_signatures(candidate, harness)
-    except Unsupported as e:
-        message = f"rlx: assert-style C++ cannot judge this candidate: {e}".replace('"', "'")
+    except (Unsupported, RecursionError) as e:
+        message = f"rlx: assert-style C++ cannot judge this candidate: {_why(e)}".replace('"', "'")
         return {JUDGE_SOURCE["cpp"]: f'#error "{message}"\n', CANDIDATE_SOURCE["cpp"]: ""}
     # The harness's own includes and using-lines come first too (it is trusted): the probes
     # below must see every name the harness's calls could reach.
@@ -745,8 +754,8 @@ def compose_rust(candidate: str, harness: str) -> dict[str, str]:
         raise ValueError("a Rust harness needs at least one #[test] function")
     try:
         funcs, uses = _rs_signatures(candidate, harness)
-    except Unsupported as e:
-        message = f"rlx: assert-style Rust cannot judge this candidate: {e}"
+    except (Unsupported, RecursionError) as e:
+        message = f"rlx: assert-style Rust cannot judge this candidate: {_why(e)}"
         error = f'compile_error!(r#"{message}"#);\nfn main() {{}}\n'
         return {JUDGE_SOURCE["rust"]: error, CANDIDATE_SOURCE["rust"]: ""}
     module = _RS_MOD.search(harness)
