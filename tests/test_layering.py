@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NO_JAX = ["rlx_core", "rlx_paramserver", "rlx_verifier", "rlx_controller", "rlx_cli"]
+NO_JAX = [
+    "rlx_core",
+    "rlx_paramserver",
+    "rlx_verifier",
+    "rlx_controller",
+    "rlx_launch",
+    "rlx_testing",
+    "rlx_cli",
+]
 SERVICES = ["rlx_paramserver", "rlx_inference", "rlx_trainer", "rlx_verifier", "rlx_controller"]
 SRC = {
     "rlx_cli": ROOT / "cli/src/rlx_cli",
