@@ -29,6 +29,8 @@ from rlx_controller.service_configs import (
     trainer_config,
     verifier_config,
 )
+from rlx_controller.service_set import Clients
+from rlx_core.clients import InferenceClient, ParamServerClient, TrainerClient, VerifierClient
 from rlx_core.config import to_toml
 from rlx_core.storage import join_uri
 
@@ -75,7 +77,7 @@ class RunServices:
     def __init__(self, cfg: RunConfig, paths: RunPaths, token_file: Path) -> None:
         self.cfg = cfg
         self.paths = paths
-        self.token_file = token_file
+        self.token_file: Path | None = token_file  # None never here: the type ServiceSet reads
         self.provider = LocalProvider(paths.work, token_file)
         self.conf_dir = paths.work / "services"
         self.conf_dir.mkdir(parents=True, exist_ok=True)
@@ -86,6 +88,26 @@ class RunServices:
 
     def address(self, name: str) -> str:
         return self.provider.handles[name].address
+
+    def addresses(self) -> dict[str, str]:
+        """Name -> address of every service started (for liveness pings and the live view)."""
+        return {name: h.address for name, h in self.provider.handles.items()}
+
+    def connect(self) -> Clients:
+        """Fresh clients of every service, all with the run's token."""
+        tf = str(self.token_file)
+        return Clients(
+            trainer=TrainerClient(self.address("trainer"), token_file=tf),
+            workers=[InferenceClient(self.address(n), token_file=tf) for n in self.workers],
+            verifiers=[VerifierClient(self.address(n), token_file=tf) for n in self.verifiers],
+            paramservers=[
+                ParamServerClient(self.address(n), token_file=tf) for n in self.paramservers
+            ],
+        )
+
+    def dead(self) -> list[str]:
+        """Names of the services whose process has exited."""
+        return self.provider.dead()
 
     def _conf(self, name: str, config: Any) -> tuple[str, ...]:
         """Write service `name`'s config dataclass to its TOML file; the flags that pass it."""
