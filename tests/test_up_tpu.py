@@ -32,12 +32,12 @@ import pytest
 from up_helpers import CLI, STEPS, small_sets, steps_done
 
 from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
-from rlx_controller.providers.fake_compute import FakeComputeApi
-from rlx_controller.providers.fake_tpu import FakeTpuApi
 from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
+from rlx_testing.fake_compute import FakeComputeApi
+from rlx_testing.fake_tpu import FakeTpuApi
 
 # the --set values of test_up_resume's (1, 1) case, whose clean run this test compares with:
 # lag 1, so the preempted trainer comes back from a gs:// checkpoint with the past version π_old

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.providers.fake_compute import FakeComputeApi
-from rlx_controller.providers.fake_tpu import FakeTpuApi
+from rlx_testing.fake_compute import FakeComputeApi
+from rlx_testing.fake_tpu import FakeTpuApi
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

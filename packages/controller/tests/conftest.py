@@ -1,5 +1,5 @@
 """Fixtures of the controller suite: run-directory roots on each storage backend (a local
-directory, moto's S3 server, gcp-storage-emulator, all on 127.0.0.1, from rlx_core.testing) and
+directory, moto's S3 server, gcp-storage-emulator, all on 127.0.0.1, from rlx_testing.plugin) and
 small datasets."""
 
 from __future__ import annotations

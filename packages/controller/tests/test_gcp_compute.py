@@ -9,14 +9,14 @@ from collections.abc import Iterator
 import google.auth
 import pytest
 
-from rlx_controller.providers.fake_compute import FakeComputeApi
-from rlx_controller.providers.fake_tpu import FakeTpuApi
 from rlx_controller.providers.gcp import GcpApi
 from rlx_controller.providers.gcp_base import ProvisionFailed, state_lines
 from rlx_controller.providers.gcp_compute import ComputeApi
 from rlx_controller.provision import Plan, make_plan, startup_script
 from rlx_controller.run_config import loads_run_config
 from rlx_core.errors import PermissionDenied
+from rlx_testing.fake_compute import FakeComputeApi
+from rlx_testing.fake_tpu import FakeTpuApi
 
 # a run of VMs only would have no trainer: the tests of ComputeApi alone take the plan's VMs
 CONFIG = """

@@ -21,7 +21,7 @@ from rlx_controller.node import config_key, event_key, exit_key
 from rlx_core.clients import LifecycleClient
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
-from rlx_core.testing import free_port
+from rlx_testing import free_port
 
 
 def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from rlx_controller.node import exit_key
-from rlx_controller.providers.fake_tpu import FakeTpuApi
 from rlx_controller.providers.gcp_tpu import ProvisionFailed, TpuApi
 from rlx_controller.provision import make_plan, startup_script
 from rlx_controller.run_config import RunConfig, config_hash, loads_run_config
@@ -21,6 +20,7 @@ from rlx_controller.rundir import RunPaths
 from rlx_controller.tpu_services import TpuRunServices
 from rlx_core import DISTRIBUTIONS
 from rlx_core.errors import Cancelled, ConfigError, DeadlineExceeded
+from rlx_testing.fake_tpu import FakeTpuApi
 
 BASE = """
 run_dir = "gs://bucket/runs/Math_Qwen"

@@ -17,7 +17,7 @@ from rlx_core.errors import ConfigError, NotFound, RlxError
 from rlx_core.lifecycle import Lifecycle
 from rlx_core.rpc.client import connect
 from rlx_core.serving import ServerConfig, service_main
-from rlx_core.testing import free_port, serve_in_thread
+from rlx_testing import free_port, serve_in_thread
 
 TOKEN = "metrics-test-token"
 GET_STATUS = "/rlx.lifecycle.v1.Lifecycle/GetStatus"

@@ -13,11 +13,11 @@ import pytest
 
 from rlx_core.clients import InferenceClient, LifecycleClient, ParamServerClient
 from rlx_core.config import from_dict
-from rlx_core.testing import serve_in_thread
 from rlx_inference import InferenceConfig, InferenceService
 from rlx_inference.servicer import registrations as inference_registrations
 from rlx_paramserver import ParamServerConfig, ParamServerService
 from rlx_paramserver.servicer import registrations as paramserver_registrations
+from rlx_testing import serve_in_thread
 
 TOKEN = "inference-test-token-0123456789"
 

@@ -27,7 +27,6 @@ from rlx_core.clients import InferenceClient, LifecycleClient, ParamServerClient
 from rlx_core.clients.inference import GenerateResult
 from rlx_core.config import from_dict
 from rlx_core.errors import ConfigError, FailedPrecondition, InvalidArgument
-from rlx_core.testing import ChildProcesses, free_port, serve_in_thread
 from rlx_inference.engine import Engine
 from rlx_inference.mesh import engine_mesh
 from rlx_inference.server import main
@@ -35,6 +34,7 @@ from rlx_model import init_params, load_config, to_hf_config
 from rlx_model.sharding import param_partition_specs
 from rlx_paramserver import ParamServerConfig, ParamServerService
 from rlx_paramserver.servicer import registrations as paramserver_registrations
+from rlx_testing import ChildProcesses, free_port, serve_in_thread
 
 from .multihost_worker import CFG, ENGINE, SEEDS, UNITS, arrays, flat_params, unit
 

@@ -12,9 +12,9 @@ import pytest
 
 from rlx_core.clients import LifecycleClient, ParamServerClient
 from rlx_core.config import from_dict
-from rlx_core.testing import serve_in_thread
 from rlx_paramserver import ParamServerConfig, ParamServerService
 from rlx_paramserver.servicer import registrations
+from rlx_testing import serve_in_thread
 
 TOKEN = "paramserver-test-token-0123456789"
 

@@ -13,7 +13,7 @@ import pytest
 
 @pytest.fixture
 def s3_uri(new_root: Callable[[str, str], str]) -> str:
-    """A fresh bucket on the moto server (rlx_core.testing); returns s3://bucket/ckpt."""
+    """A fresh bucket on the moto server (rlx_testing.plugin); returns s3://bucket/ckpt."""
     return new_root("s3", "ckpt")
 
 
@@ -22,7 +22,7 @@ _GCS_VARS = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_T
 
 @pytest.fixture(scope="session")
 def gcs_endpoint(gcs_server: str) -> Iterator[str]:
-    """gcp-storage-emulator (rlx_core.testing) reachable for the whole session by
+    """gcp-storage-emulator (rlx_testing.plugin) reachable for the whole session by
     google-cloud-storage, gcsfs (STORAGE_EMULATOR_HOST) and TensorStore's gcs driver
     (TENSORSTORE_GCS_HTTP_URL plus GOOGLE_AUTH_TOKEN_FOR_TESTING, DESIGN §10)."""
     saved = {k: os.environ.get(k) for k in _GCS_VARS}

@@ -17,7 +17,7 @@ from trainer_helpers import config, rl_batch, sft_batch
 
 from rlx_core.clients import LifecycleClient, ParamServerClient, TrainerClient
 from rlx_core.errors import FailedPrecondition, InvalidArgument, Unavailable
-from rlx_core.testing import serve_in_thread
+from rlx_testing import serve_in_thread
 from rlx_trainer import TrainerService
 from rlx_trainer.servicer import registrations
 

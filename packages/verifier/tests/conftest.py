@@ -41,7 +41,7 @@ def verifier() -> Iterator[Verifier]:
 
 @pytest.fixture(params=["local", "s3", "gcs"])
 def repo_uri(request: pytest.FixtureRequest, new_root: Callable[[str, str], str]) -> str:
-    """A fresh, empty test-repository root on each storage backend (rlx_core.testing)."""
+    """A fresh, empty test-repository root on each storage backend (rlx_testing.plugin)."""
     return new_root(request.param, "tests")
 
 

@@ -15,7 +15,7 @@ from rlx_core.config import from_dict
 from rlx_core.errors import InvalidArgument, Unauthenticated
 from rlx_core.proto.verifier.v1 import verifier_pb2 as pb
 from rlx_core.rpc.client import call
-from rlx_core.testing import serve_in_thread
+from rlx_testing import serve_in_thread
 from rlx_verifier import Repositories, VerifierConfig, VerifierService
 from rlx_verifier.servicer import registrations
 from rlx_verifier.upload import upload_dataset

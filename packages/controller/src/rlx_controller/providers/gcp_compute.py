@@ -18,7 +18,7 @@ that does not exist is MISSING, or FAILED when this process asked for it and the
 operation failed (no capacity, quota), with the operation's error as the reason.
 
 `RLX_COMPUTE_API_ENDPOINT=http://127.0.0.1:PORT` points the client at a local server over plain
-HTTP without credentials instead of Google (the fake of `rlx_controller.providers.fake_compute`,
+HTTP without credentials instead of Google (the fake of `rlx_testing.fake_compute`,
 for tests and offline trials); nothing else changes.
 """
 

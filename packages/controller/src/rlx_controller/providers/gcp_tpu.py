@@ -9,7 +9,7 @@ callers use `gcp.GcpApi`, which sends a plan's VMs to `gcp_compute.ComputeApi` i
         api.delete([n.node_id for n in plan.nodes])
 
 `RLX_TPU_API_ENDPOINT=127.0.0.1:PORT` points the client at a local server over an insecure
-channel instead of Google (the fake of `rlx_controller.providers.fake_tpu`, for tests and offline
+channel instead of Google (the fake of `rlx_testing.fake_tpu`, for tests and offline
 trials); nothing else changes.
 """
 

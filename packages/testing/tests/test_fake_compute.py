@@ -12,7 +12,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from rlx_controller.providers.fake_compute import FakeComputeApi
+from rlx_testing.fake_compute import FakeComputeApi
 
 ZONE = {"project": "proj", "zone": "us-central1-a"}
 DONE = compute_v1.Operation.Status.DONE

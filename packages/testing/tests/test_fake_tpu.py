@@ -15,8 +15,8 @@ from google.cloud import tpu_v2
 from google.cloud.tpu_v2.types import cloud_tpu as t
 from google.protobuf import empty_pb2
 
-from rlx_controller.providers import fake_tpu
-from rlx_controller.providers.fake_tpu import FakeTpuApi
+from rlx_testing import fake_tpu
+from rlx_testing.fake_tpu import FakeTpuApi
 
 PARENT = "projects/proj/locations/us-central2-b"
 QR_STATE = t.QueuedResourceState.State
