@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,38 +12,23 @@ import pytest
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_core.clients import LifecycleClient, ParamServerClient
-
-TOKEN = "ps-cli-test-token-0123456789abcdef"
+from rlx_core.clients import ParamServerClient
+from rlx_testing import (
+    TOKEN,
+    WRONG_TOKEN,
+    ServiceProcess,
+    console_script,
+    free_port,
+    write_token_file,
+)
 
 
 @pytest.fixture
-def paramserver(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "rlx-paramserver"),
-            "--port",
-            "0",
-            "--replica-id",
-            "1",
-            "--max-versions",
-            "3",
-            "--token-file",
-            str(token_file),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "RLX_HOME": str(tmp_path)},
-    )
-    assert proc.stdout is not None
-    address = proc.stdout.readline().strip()
-    LifecycleClient(address, token=TOKEN).wait_ready(timeout=60)
-    yield address, token_file
-    proc.terminate()
-    proc.wait(30)
+def paramserver(tmp_path: Path, token_file: Path) -> Iterator[tuple[str, Path]]:
+    argv = [console_script("rlx-paramserver"), "--port", "0", "--replica-id", "1"]
+    argv += ["--max-versions", "3", "--token-file", str(token_file)]
+    with ServiceProcess(argv, env={**os.environ, "RLX_HOME": str(tmp_path)}) as server:
+        yield server.address, token_file
 
 
 @pytest.mark.integration
@@ -78,12 +60,8 @@ def test_ps_versions_table_and_json(paramserver: tuple[str, Path]) -> None:
     assert data["consumers"] == {"worker-0": 8, "worker-1": 7}
 
 
-def test_ps_versions_unreachable_or_wrong_token(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
+def test_ps_versions_unreachable_or_wrong_token(token_file: Path) -> None:
+    port = free_port()
     result = CliRunner().invoke(
         app, ["ps", "versions", f"127.0.0.1:{port}", "--token-file", str(token_file)]
     )
@@ -94,7 +72,6 @@ def test_ps_versions_unreachable_or_wrong_token(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_ps_versions_wrong_token(paramserver: tuple[str, Path], tmp_path: Path) -> None:
     address, _ = paramserver
-    bad = tmp_path / "bad"
-    bad.write_text("not-the-token-0123456789abcdef")
+    bad = write_token_file(tmp_path / "bad", WRONG_TOKEN)
     result = CliRunner().invoke(app, ["ps", "versions", address, "--token-file", str(bad)])
     assert result.exit_code == 1 and "Unauthenticated" in result.output

@@ -33,8 +33,8 @@ from rlx_core.rpc import (
 )
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.serving import LifecycleServicer
+from rlx_testing import TOKEN, WRONG_TOKEN
 
-TOKEN = "test-token-0123456789abcdef"
 SERVICE = "rlx.test.v1.Test"
 
 
@@ -141,7 +141,7 @@ def test_call_without_token_is_rejected_before_the_handler_runs(served) -> None:
 def test_call_with_wrong_token_is_rejected_before_the_handler_runs(served) -> None:
     address, handlers, _ = served
     before = dict(handlers.calls)
-    channel = connect(address, token="wrong-token-0123456789")
+    channel = connect(address, token=WRONG_TOKEN)
     with pytest.raises(errors.Unauthenticated, match="wrong bearer token"):
         call(method(channel, "Fail"), TensorChunk(name="NotFound"), timeout=5)
     # streaming methods are guarded the same way

@@ -17,9 +17,8 @@ from rlx_core.errors import ConfigError, NotFound, RlxError
 from rlx_core.lifecycle import Lifecycle
 from rlx_core.rpc.client import connect
 from rlx_core.serving import ServerConfig, service_main
-from rlx_testing import free_port, serve_in_thread
+from rlx_testing import TOKEN, WRONG_TOKEN, free_port, serve_in_thread
 
-TOKEN = "metrics-test-token"
 GET_STATUS = "/rlx.lifecycle.v1.Lifecycle/GetStatus"
 
 
@@ -113,7 +112,7 @@ def test_error_codes_and_streams_are_labelled(service: tuple[str, int]) -> None:
 
 def test_unauthenticated_calls_are_rejected_before_the_counters(service: tuple[str, int]) -> None:
     address, port = service
-    client = LifecycleClient(address, token="wrong")
+    client = LifecycleClient(address, token=WRONG_TOKEN)
     with pytest.raises(RlxError, match=r"(?i)unauth|token"):
         client.status(timeout=10)
     client.close()
