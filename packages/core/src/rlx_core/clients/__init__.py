@@ -3,6 +3,7 @@
 One module per service; each joins `__all__` here in the issue that builds that service.
 """
 
+from rlx_core.clients.controller import ControllerClient, ControllerStatus
 from rlx_core.clients.inference import GenerateResult, InferenceClient, Rollout, Sampling, WorkUnit
 from rlx_core.clients.lifecycle import LifecycleClient
 from rlx_core.clients.paramserver import ParamServerClient, ReplicatedPushClient, replica_for
@@ -10,6 +11,8 @@ from rlx_core.clients.trainer import StepResult, TrainBatch, TrainerClient
 from rlx_core.clients.verifier import SampleResult, VerifierClient, VerifySample
 
 __all__ = [
+    "ControllerClient",
+    "ControllerStatus",
     "GenerateResult",
     "InferenceClient",
     "LifecycleClient",
