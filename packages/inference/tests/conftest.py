@@ -17,9 +17,7 @@ from rlx_inference import InferenceConfig, InferenceService
 from rlx_inference.servicer import registrations as inference_registrations
 from rlx_paramserver import ParamServerConfig, ParamServerService
 from rlx_paramserver.servicer import registrations as paramserver_registrations
-from rlx_testing import serve_in_thread
-
-TOKEN = "inference-test-token-0123456789"
+from rlx_testing import TOKEN, serve_in_thread
 
 
 @dataclass

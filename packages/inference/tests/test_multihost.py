@@ -34,12 +34,11 @@ from rlx_model import init_params, load_config, to_hf_config
 from rlx_model.sharding import param_partition_specs
 from rlx_paramserver import ParamServerConfig, ParamServerService
 from rlx_paramserver.servicer import registrations as paramserver_registrations
-from rlx_testing import ChildProcesses, free_port, serve_in_thread
+from rlx_testing import TOKEN, ChildProcesses, free_port, serve_in_thread, write_token_file
 
 from .multihost_worker import CFG, ENGINE, SEEDS, UNITS, arrays, flat_params, unit
 
 HERE = Path(__file__).parent
-TOKEN = "inference-multihost-token-0123456789"
 _RLX_ENV = ("RLX_COORDINATOR", "RLX_NUM_PROCESSES", "RLX_PROCESS_ID", "RLX_TOKEN_FILE")
 
 
@@ -94,10 +93,9 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("served")
-    (tmp / "token").write_text(TOKEN + "\n")
+    token_file = write_token_file(tmp / "token")
     config = from_dict(
-        ParamServerConfig,
-        {"server": {"port": 0, "grace_s": 0.1, "token_file": str(tmp / "token")}},
+        ParamServerConfig, {"server": {"port": 0, "grace_s": 0.1, "token_file": str(token_file)}}
     )
     service = ParamServerService(config)
     address, thread = serve_in_thread(

@@ -5,70 +5,51 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rlx_core.clients import InferenceClient, LifecycleClient, ParamServerClient, Sampling, WorkUnit
+from rlx_core.clients import InferenceClient, ParamServerClient, Sampling, WorkUnit
 from rlx_core.errors import FailedPrecondition
 from rlx_model import load_checkpoint
+from rlx_testing import TOKEN, ServiceProcess, console_script
 
 from .conftest import flat
 
-TOKEN = "inference-process-token-0123456789"
-BIN = Path(sys.executable).parent
 DATA = Path(__file__).resolve().parents[2] / "model" / "tests" / "testdata" / "qwen2"
 
 
-class Process:
-    def __init__(self, name: str, *args: str) -> None:
-        env = {**os.environ, "RLX_TOKEN": TOKEN}
-        self.proc = subprocess.Popen(
-            [str(BIN / name), "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert self.proc.stdout is not None
-        self.address = self.proc.stdout.readline().strip()
-        assert self.address, self.proc.stderr.read() if self.proc.stderr else ""
-        LifecycleClient(self.address, token=TOKEN).wait_ready(timeout=120)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.communicate(timeout=60)
-        return self.proc.returncode
+def start(name: str, *args: str) -> ServiceProcess:
+    """`NAME --port 0 ARGS`, READY."""
+    argv = [console_script(name), "--port", "0", *args]
+    return ServiceProcess(argv, env={**os.environ, "RLX_TOKEN": TOKEN}, ready_s=120)
 
 
 @pytest.fixture
-def processes() -> Iterator[list[Process]]:
-    started: list[Process] = []
+def processes() -> Iterator[list[ServiceProcess]]:
+    started: list[ServiceProcess] = []
     yield started
     for p in reversed(started):
-        p.stop()
+        p.stop(60)
 
 
 @pytest.mark.integration
 @pytest.mark.slow
 def test_worker_process_loads_a_pushed_version_and_generates(
-    processes: list[Process], tmp_path: Path
+    processes: list[ServiceProcess], tmp_path: Path
 ) -> None:
     # the worker sees only the architecture (config.json): every weight comes from the paramserver
     shutil.copy(DATA / "config.json", tmp_path / "config.json")
     _, params = load_checkpoint(DATA)
     goldens = np.load(DATA / "goldens.npz")
-    processes.append(Process("rlx-paramserver"))
+    processes.append(start("rlx-paramserver"))
     ps = processes[0].address
     with ParamServerClient(ps, token=TOKEN) as client:
         client.push(5, flat(params))
     processes.append(
-        Process(
+        start(
             "rlx-inference",
             "--paramserver",
             ps,
@@ -102,4 +83,4 @@ def test_worker_process_loads_a_pushed_version_and_generates(
     assert [list(r.token_ids) for r in result.rollouts] == [expected, expected]
     assert result.version == 5 and all(set(r.versions) == {5} for r in result.rollouts)
     assert status.loaded_version == 5 and status.free_blocks == status.total_blocks
-    assert processes[1].stop() == 0  # SIGTERM drains and exits cleanly
+    assert processes[1].stop(60) == 0  # SIGTERM drains and exits cleanly

@@ -14,9 +14,7 @@ from rlx_core.clients import LifecycleClient, ParamServerClient
 from rlx_core.config import from_dict
 from rlx_paramserver import ParamServerConfig, ParamServerService
 from rlx_paramserver.servicer import registrations
-from rlx_testing import serve_in_thread
-
-TOKEN = "paramserver-test-token-0123456789"
+from rlx_testing import TOKEN, serve_in_thread
 
 
 @dataclass

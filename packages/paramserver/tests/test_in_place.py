@@ -22,8 +22,8 @@ from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
 from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
 from rlx_core.rpc import connect, from_rpc_error
 from rlx_paramserver.pool import FilePool, unshared
+from rlx_testing import TOKEN
 
-TOKEN = "paramserver-test-token-0123456789"  # the conftest's
 Running = Any  # conftest.Running
 
 

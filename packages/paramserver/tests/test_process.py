@@ -7,8 +7,6 @@ import contextlib
 import glob
 import os
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,26 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlx_core.clients import LifecycleClient, ParamServerClient
+from rlx_core.clients import ParamServerClient
 from rlx_core.errors import NotFound
-
-TOKEN = "paramserver-process-token-0123456789"
-BIN = Path(sys.executable).parent / "rlx-paramserver"
+from rlx_testing import TOKEN, ServiceProcess, console_script
 
 
-class Server:
+class Server(ServiceProcess):
+    """`rlx-paramserver --port 0 ARGS`, READY."""
+
     def __init__(self, *args: str) -> None:
-        env = {**os.environ, "RLX_TOKEN": TOKEN}
-        self.proc = subprocess.Popen(
-            [str(BIN), "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert self.proc.stdout is not None
-        self.address = self.proc.stdout.readline().strip()
-        LifecycleClient(self.address, token=TOKEN).wait_ready(timeout=60)
+        argv = [console_script("rlx-paramserver"), "--port", "0", *args]
+        super().__init__(argv, env={**os.environ, "RLX_TOKEN": TOKEN})
 
     def status(self, key: str) -> int:
         """A /proc/PID/status memory figure in bytes (VmRSS, VmHWM)."""
@@ -48,11 +37,6 @@ class Server:
         """The server's directory of chunk files on /dev/shm."""
         (root,) = glob.glob(f"/dev/shm/rlx-psstore-{self.proc.pid}-*")
         return root
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.communicate(timeout=30)
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from rlx_core.clients import LifecycleClient
+from rlx_testing import TOKEN
 
-TOKEN = "paramserver-test-token-0123456789"  # the conftest's
 Running = Any  # conftest.Running: a service and its address
 
 

@@ -35,8 +35,8 @@ from rlx_core.proto.common.v1.tensor_pb2 import TensorChunk
 from rlx_core.proto.paramserver.v1 import paramserver_pb2 as pb
 from rlx_core.proto.paramserver.v1 import paramserver_pb2_grpc as pb_grpc
 from rlx_core.rpc import connect, from_rpc_error
+from rlx_testing import TOKEN, WRONG_TOKEN
 
-TOKEN = "paramserver-test-token-0123456789"  # the conftest's
 Running = Any  # conftest.Running: a service and its address
 TRANSPORTS = {"grpc": False, "shm": None}
 
@@ -138,7 +138,7 @@ def test_errors_through_the_server(server: Running, transport: str) -> None:
             client.drop(9)
         with pytest.raises(InvalidArgument, match="consumer_id"):
             client.confirm("", 5)
-    with ParamServerClient(server.address, token="wrong-token-0123456789abcdef") as bad:
+    with ParamServerClient(server.address, token=WRONG_TOKEN) as bad:
         with pytest.raises(Unauthenticated):
             bad.versions()
     assert shm_segments() == before
