@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from rlx_controller.demo import base_model_dir
 from rlx_controller.driver import Driver
 from rlx_controller.run_config import loads_run_config
-from rlx_controller.services import base_model_dir
 from rlx_core.clients.inference import GenerateResult, Rollout
 from rlx_core.clients.verifier import VerifySample
 from rlx_core.rollout import RolloutUnit

@@ -12,9 +12,8 @@ import pytest
 from up_helpers import CLI
 
 from rlx_controller.datasets import read_jsonl
-from rlx_controller.demo import addition_answer_correct
+from rlx_controller.demo import addition_answer_correct, base_model_dir
 from rlx_controller.evaluation import EvalSample, summarize
-from rlx_controller.services import base_model_dir
 
 PROMPTS = 8
 

@@ -22,11 +22,11 @@ import pytest
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.providers.local import ServiceHandle, service_command, write_services
 from rlx_controller.run_config import loads_run_config
 from rlx_core.clients import LifecycleClient, TrainBatch
 from rlx_core.config import from_dict, to_toml
 from rlx_core.storage import open_storage
+from rlx_launch.local import ServiceHandle, service_command, write_services
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN2 = ROOT / "packages/model/tests/testdata/qwen2"

@@ -12,8 +12,8 @@ from pathlib import Path
 from up_helpers import CLI
 
 from rlx_controller.datasets import load_dataset
+from rlx_controller.demo import base_model_dir
 from rlx_controller.run_config import loads_run_config
-from rlx_controller.services import base_model_dir
 from rlx_core.clients.verifier import InlineTest
 
 ROOT = Path(__file__).resolve().parents[1]

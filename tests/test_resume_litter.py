@@ -18,10 +18,10 @@ import pytest
 from up_helpers import CLI, STEPS, consumed, small_sets, steps_done
 
 from rlx_controller.processes import start_time
-from rlx_controller.providers.local import read_services
 from rlx_controller.rollout_log import RolloutLog, decode_record
 from rlx_core.proto.rollout.v1 import rollout_pb2 as pb
 from rlx_core.storage import open_storage
+from rlx_launch.local import read_services
 
 HOSTILE = f"b{STEPS - 1:08d}.r0.u0000"  # a unit of the last batch: the resume needs it
 TMP = ".rlx-tmp-0123456789ab-"  # rlx_core.storage's local backend names a write in progress so

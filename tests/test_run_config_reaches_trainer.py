@@ -20,9 +20,9 @@ import pytest
 import rlx_core.configs.trainer as core_trainer
 from rlx_controller.run_config import loads_run_config
 from rlx_controller.rundir import RunPaths
-from rlx_controller.services import RunServices
 from rlx_core.config import load_config
 from rlx_core.configs.objective import PRESET_DEFAULTS
+from rlx_launch.services import RunServices
 from rlx_model import init_params, tiny_config
 from rlx_trainer.config import OptimizerConfig, TrainerConfig
 from rlx_trainer.trainer import Trainer

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from up_helpers import CLI, steps_done
 
-from rlx_controller.providers.local import read_services
 from rlx_controller.snapshot import SnapshotStore
 from rlx_core.storage import open_storage
+from rlx_launch.local import read_services
 
 # More steps than the run lives: at ~0.2 s per step a 40-step run can end before `rlx down`.
 STEPS = 400

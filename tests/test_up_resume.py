@@ -28,8 +28,8 @@ import pytest
 from up_helpers import CLI, STEPS, consumed, small_sets, steps_done
 
 from rlx_controller.metrics import read_uploaded
-from rlx_controller.providers.local import read_services
 from rlx_core.storage import open_storage
+from rlx_launch.local import read_services
 
 
 def _up(run_dir: Path | str, extra: list[str], work: Path | None = None) -> subprocess.Popen[bytes]:

@@ -31,8 +31,7 @@ from typing import Any
 import pytest
 from up_helpers import CLI, STEPS, small_sets, steps_done
 
-from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
-from rlx_controller.services import base_model_dir
+from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_core.config import to_toml
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage

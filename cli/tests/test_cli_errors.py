@@ -11,8 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
-from rlx_controller.services import base_model_dir
+from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_core.config import to_toml
 
 runner = CliRunner()

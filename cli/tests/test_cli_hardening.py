@@ -15,9 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
+from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_controller.rollout_log import RolloutLog
-from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
 from rlx_core.rollout import Judgement, RolloutGroup, RolloutSample, RolloutUnit
 from rlx_core.storage import open_storage

@@ -11,9 +11,8 @@ from typer.testing import CliRunner
 
 from rlx_cli.eval_cmd import summary_tables
 from rlx_cli.main import app
-from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
+from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_controller.evaluation import EvalSample, summarize
-from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
 
 runner = CliRunner()
@@ -139,7 +138,7 @@ def test_status_shows_the_newest_eval_figures(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "eval (step 2)" in result.stdout
     assert "sums: greedy 0.750, pass@1 0.500, pass@4 0.875, avg@4 0.500" in result.stdout
-    from rlx_cli.up_cmd import _eval_figures
+    from rlx_cli.run_cmd import _eval_figures
 
     assert _eval_figures({"b/avg@2": 0.5, "b/pass@2": None, "a/greedy": 1, "b/greedy": 0.25}) == (
         "a: greedy 1.000\nb: greedy 0.250, pass@2 -, avg@2 0.500"

@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from rlx_cli.main import app
 from rlx_controller.mixture import MixtureState
-from rlx_controller.providers.local import STATE_FILE, LocalProvider, ServiceSpec
 from rlx_controller.snapshot import Snapshot, SnapshotStore
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
+from rlx_launch.local import STATE_FILE, LocalProvider, ServiceSpec
 
 runner = CliRunner()
 

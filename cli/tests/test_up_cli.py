@@ -14,9 +14,14 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.demo import DEMO_STEPS, DEMO_TASK, demo_config, write_addition_jsonl
+from rlx_controller.demo import (
+    DEMO_STEPS,
+    DEMO_TASK,
+    base_model_dir,
+    demo_config,
+    write_addition_jsonl,
+)
 from rlx_controller.lease import LEASE_FILE, LeaseHolder, _start_time
-from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
 from rlx_core.storage import open_storage
 

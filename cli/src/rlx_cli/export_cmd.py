@@ -180,7 +180,7 @@ def _copy_tokenizer(base: str, target: Path) -> list[str]:
 def _live_paramservers(paths: RunPaths) -> list[tuple[str, str]]:
     """(name, address) of the run's paramserver replicas that run (from the work directory's
     services.json); Unavailable when there are none."""
-    from rlx_controller.providers.local import read_services, runs_service
+    from rlx_launch.local import read_services, runs_service
 
     handles = [h for h in read_services(paths.work).values() if h.kind == "paramserver"]
     # pid 0: a replica on another machine (a TPU node), asked directly
@@ -197,7 +197,7 @@ def _live_paramservers(paths: RunPaths) -> list[tuple[str, str]]:
 def _pull(paths: RunPaths, tables: dict[str, Any], version: int) -> dict[str, np.ndarray]:
     """Version `version`'s tensors ('/'-paths) from a replica that holds it; NotFound listing
     the versions the replicas hold."""
-    from rlx_cli.up_cmd import _token_file
+    from rlx_cli.run_cmd import _token_file
     from rlx_core.clients import ParamServerClient
 
     token = str(_token_file(paths.work, tables))

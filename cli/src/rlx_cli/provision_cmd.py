@@ -55,7 +55,7 @@ def load_tpu_config(target: str, overrides: list[str] | tuple[str, ...] = ()) ->
 
 
 def _plan(target: str, overrides: list[str]) -> Any:
-    from rlx_controller.provision import make_plan
+    from rlx_launch.provision import make_plan
 
     cfg = load_tpu_config(target, overrides)
     try:
@@ -115,7 +115,7 @@ def plan_cmd(
     ),
 ) -> None:
     """Print what `apply` would create (a queued resource or VM per node), calling nothing."""
-    from rlx_controller.provision import startup_script
+    from rlx_launch.provision import startup_script
 
     plan = _plan(target, overrides)
     Console(width=max(140, Console().width)).print(plan_table(plan))
@@ -142,8 +142,8 @@ def apply_cmd(
     """Create what is missing, re-create what was preempted or failed, wait until ACTIVE.
 
     Names derive from the run: running it twice creates nothing new."""
-    from rlx_controller.providers.gcp import GcpApi
-    from rlx_controller.providers.gcp_base import state_lines
+    from rlx_launch.gcp import GcpApi
+    from rlx_launch.gcp.base import state_lines
 
     plan = _plan(target, overrides)
     try:
@@ -174,7 +174,7 @@ def list_cmd(
     ),
 ) -> None:
     """The run's queued resources (and instances) and their states (--all: every rlx run's)."""
-    from rlx_controller.providers.gcp import GcpApi
+    from rlx_launch.gcp import GcpApi
 
     plan = _plan(target, [])
     try:
@@ -214,7 +214,7 @@ def delete_cmd(
     """Delete the run's queued resources and their TPU VMs, and its instances (asks first).
 
     The run directory stays: `rlx resume` provisions them again."""
-    from rlx_controller.providers.gcp import GcpApi
+    from rlx_launch.gcp import GcpApi
 
     plan = _plan(target, [])
     ids = [n.node_id for n in plan.nodes]

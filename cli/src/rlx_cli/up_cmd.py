@@ -72,9 +72,8 @@ def _load_config(
         code_model_dir,
         write_code_jsonl,
     )
-    from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
+    from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
     from rlx_controller.run_config import load_run_config, loads_run_config
-    from rlx_controller.services import base_model_dir
     from rlx_core.config import to_toml
     from rlx_core.storage import join_uri
 
@@ -469,9 +468,9 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
 
     from rlx_cli.plot_cmd import read_metrics, read_uploaded_metrics
     from rlx_controller.lease import read_holder
-    from rlx_controller.providers.local import read_services, runs_service
     from rlx_controller.rundir import CONFIG_FILE, read_text
     from rlx_controller.snapshot import SnapshotStore
+    from rlx_launch.local import read_services, runs_service
 
     run = paths.work
     if not run.is_dir() and not (paths.remote and paths.storage.exists(CONFIG_FILE)):
@@ -702,7 +701,7 @@ def _stop_services(run: Path, grace_s: float) -> list[str]:
     `grace_s`; return the names stopped. Only a recorded process that is still that service of
     this run (pid, start time and run: `service_process`) is touched, through the group it
     leads."""
-    from rlx_controller.providers.local import read_services, service_process
+    from rlx_launch.local import read_services, service_process
 
     live = {}
     for name, h in read_services(run).items():

@@ -13,11 +13,11 @@ from rlx_controller.demo import (
     AdditionTask,
     addition_answer_correct,
     addition_splits,
+    base_model_dir,
     demo_config,
     write_addition_jsonl,
 )
 from rlx_controller.run_config import check_run_inputs, loads_run_config
-from rlx_controller.services import base_model_dir
 from rlx_core.clients.verifier import InlineTest
 from rlx_core.errors import ConfigError
 

@@ -8,8 +8,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.demo import DEMO_TASK, addition_splits
-from rlx_controller.services import base_model_dir
+from rlx_controller.demo import DEMO_TASK, addition_splits, base_model_dir
 from rlx_core.tokenizer import load_tokenizer
 
 BASE = base_model_dir()

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
+from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_controller.driver import Driver
 from rlx_controller.rollout_log import decode_record, encode_record
 from rlx_controller.run_config import loads_run_config
-from rlx_controller.services import base_model_dir
 from rlx_core.config import to_toml
 from rlx_core.rollout import RolloutGroup, RolloutSample, RolloutUnit
 

@@ -20,13 +20,9 @@ from typing import Any, Literal, get_args, get_origin
 
 import pytest
 
-from rlx_controller.node import config_key
-from rlx_controller.providers.local import ServiceHandle
 from rlx_controller.run_config import RunConfig, config_hash, loads_run_config
 from rlx_controller.run_sections import InferenceSection, TrainerSection
 from rlx_controller.rundir import RunPaths
-from rlx_controller.services import RunServices
-from rlx_controller.tpu_services import TpuRunServices
 from rlx_core.config import load_config, loads_config
 from rlx_core.configs.inference import InferenceConfig
 from rlx_core.configs.objective import PRESET_DEFAULTS, presets_taking
@@ -36,6 +32,10 @@ from rlx_core.configs.trainer import MeshConfig, ModelOptions, TrainerConfig
 from rlx_core.configs.verifier import VerifierConfig
 from rlx_core.errors import ConfigError
 from rlx_core.storage import open_storage
+from rlx_launch.local import ServiceHandle
+from rlx_launch.node import config_key
+from rlx_launch.services import RunServices
+from rlx_launch.tpu_services import TpuRunServices
 
 BASE = """
 run_dir = "/runs/r"

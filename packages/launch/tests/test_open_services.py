@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl
-from rlx_controller.providers.local import read_services
+from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_controller.run_config import RunConfig, loads_run_config
 from rlx_controller.rundir import RunPaths
 from rlx_controller.service_set import ServiceSet
-from rlx_controller.services import base_model_dir
 from rlx_core.clients import InferenceClient, ParamServerClient, TrainerClient, VerifierClient
 from rlx_core.errors import ConfigError
 from rlx_launch import open_services
+from rlx_launch.local import read_services
 
 TPU = """
 run_dir = "gs://bucket/runs/r"

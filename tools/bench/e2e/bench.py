@@ -40,10 +40,14 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from common import uptime  # noqa: E402  (tools/ is not a package)
 from timing import Timed, Timings, timed_method  # noqa: E402  (tools/ is not a package)
 
-from rlx_controller.demo import DEMO_TASK, demo_config, write_addition_jsonl  # noqa: E402
+from rlx_controller.demo import (  # noqa: E402
+    DEMO_TASK,
+    base_model_dir,
+    demo_config,
+    write_addition_jsonl,
+)
 from rlx_controller.driver import Driver  # noqa: E402
 from rlx_controller.run_config import RunConfig, loads_run_config  # noqa: E402
-from rlx_controller.services import base_model_dir  # noqa: E402
 from rlx_core.config import to_toml  # noqa: E402
 
 # (label, overrides, goal ratio)

@@ -32,6 +32,7 @@ __all__ = [
     "AdditionTask",
     "addition_answer_correct",
     "addition_splits",
+    "base_model_dir",
     "demo_config",
     "demo_token_counts",
     "write_addition_jsonl",
@@ -136,6 +137,15 @@ def demo_token_counts(tokenizer: Tokenizer, task: AdditionTask) -> tuple[int, in
     prompt = len(tokenizer.prompt_ids(task.record(top, top)["prompt"]))
     answer = tokenizer.encode(task.target(str(2 * top)), add_special_tokens=False)
     return prompt, len(answer) + 1
+
+
+def base_model_dir() -> Path:
+    """The demo's committed SFT base model (tools/demo/base_model in the source tree;
+    RLX_DEMO_BASE_MODEL overrides it)."""
+    env = os.environ.get("RLX_DEMO_BASE_MODEL")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[4] / "tools" / "demo" / "base_model"
 
 
 def demo_config(run_dir: str, data_dir: str | Path, base_model: str | Path) -> RunConfig:

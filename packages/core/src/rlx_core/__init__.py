@@ -33,6 +33,7 @@ DISTRIBUTIONS = (
     "rlx-trainer",
     "rlx-verifier",
     "rlx-controller",
+    "rlx-launch",  # the node agent (`python -m rlx_launch.node`)
 )
 
 __all__ = [

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
 from rlx_controller.service_set import ServiceSet
-from rlx_controller.services import RunServices, clean_up_previous
 from rlx_core.rpc.auth import create_token_file
 from rlx_launch._version import __version__
+from rlx_launch.services import RunServices, clean_up_previous
 
 __all__ = ["__version__", "open_services"]
 
@@ -33,7 +33,7 @@ def open_services(
     on this machine with the token `<work>/token` (made on the first start), once what a previous
     controller of this run left behind is cleared."""
     if cfg.services.provider == "gcp-tpu":
-        from rlx_controller.tpu_services import TpuRunServices, tpu_token_file
+        from rlx_launch.tpu_services import TpuRunServices, tpu_token_file
 
         return TpuRunServices(
             cfg,

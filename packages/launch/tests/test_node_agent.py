@@ -1,4 +1,4 @@
-"""The node agent (`python -m rlx_controller.node`) as a real process with a real paramserver:
+"""The node agent (`python -m rlx_launch.node`) as a real process with a real paramserver:
 it waits for the controller's config, starts the service, restarts it when it dies or when the
 config changes, and on SIGTERM reports to the run directory and stops the service."""
 
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from rlx_controller.node import config_key, event_key, exit_key
 from rlx_core.clients import LifecycleClient
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
+from rlx_launch.node import config_key, event_key, exit_key
 from rlx_testing import free_port
 
 
@@ -69,7 +69,7 @@ def test_agent_starts_restarts_and_reports_sigterm(tmp_path: Path) -> None:
     port = free_port()
     agent = subprocess.Popen(
         [
-            *(sys.executable, "-m", "rlx_controller.node", "--run-dir", str(run)),
+            *(sys.executable, "-m", "rlx_launch.node", "--run-dir", str(run)),
             *("--node", "n1", "--token-file", str(token), "--home", str(tmp_path / "home")),
             *("--bind", "127.0.0.1", "--poll", "0.2"),
             *("--service", f"paramserver-0:paramserver:{port}"),

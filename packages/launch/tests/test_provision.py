@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from rlx_controller.node import exit_key
-from rlx_controller.providers.gcp_tpu import ProvisionFailed, TpuApi
-from rlx_controller.provision import make_plan, startup_script
 from rlx_controller.run_config import RunConfig, config_hash, loads_run_config
 from rlx_controller.rundir import RunPaths
-from rlx_controller.tpu_services import TpuRunServices
 from rlx_core import DISTRIBUTIONS
 from rlx_core.errors import Cancelled, ConfigError, DeadlineExceeded
+from rlx_launch.gcp.tpu import ProvisionFailed, TpuApi
+from rlx_launch.node import exit_key
+from rlx_launch.provision import make_plan, startup_script
+from rlx_launch.tpu_services import TpuRunServices
 from rlx_testing.fake_tpu import FakeTpuApi
 
 BASE = """
@@ -228,7 +228,7 @@ def test_a_vms_startup_script_makes_a_venv_installs_what_debian_lacks_and_starts
         calls[4],  # the check of rlx's version: not installed (no apt for bubblewrap: a wheel)
         "venv-python -m pip install --quiet " + " ".join(f"{d}==0.1.0" for d in DISTRIBUTIONS),
         "gcloud secrets versions access latest --secret=rlx-token --project=proj",
-        f"venv-python -m rlx_controller.node --run-dir gs://bucket/runs/Math_Qwen --node "
+        f"venv-python -m rlx_launch.node --run-dir gs://bucket/runs/Math_Qwen --node "
         f"{node.node_id} --worker 0 --token-file {home}/token --home {home} --bind 0.0.0.0 "
         f"--service verifier-1:verifier:{port}",
     ]

@@ -23,11 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.node import EVENTS_PREFIX, EXITS_PREFIX, config_key, exit_key
-from rlx_controller.providers.gcp import GcpApi
-from rlx_controller.providers.gcp_base import NodeApi, state_lines
-from rlx_controller.providers.local import ServiceHandle, write_services
-from rlx_controller.provision import Plan, make_plan
 from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
 from rlx_controller.service_configs import (
@@ -36,12 +31,17 @@ from rlx_controller.service_configs import (
     trainer_config,
     verifier_config,
 )
-from rlx_controller.services import RunServices
 from rlx_core.clients import LifecycleClient
 from rlx_core.config import to_toml
 from rlx_core.errors import Cancelled, ConfigError, RlxError
 from rlx_core.rpc.auth import default_token_path
 from rlx_core.storage import join_uri
+from rlx_launch.gcp import GcpApi
+from rlx_launch.gcp.base import NodeApi, state_lines
+from rlx_launch.local import ServiceHandle, write_services
+from rlx_launch.node import EVENTS_PREFIX, EXITS_PREFIX, config_key, exit_key
+from rlx_launch.provision import Plan, make_plan
+from rlx_launch.services import RunServices
 
 __all__ = ["Preempted", "TpuRunServices", "tpu_token_file"]
 

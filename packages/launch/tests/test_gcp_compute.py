@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import google.auth
 import pytest
 
-from rlx_controller.providers.gcp import GcpApi
-from rlx_controller.providers.gcp_base import ProvisionFailed, state_lines
-from rlx_controller.providers.gcp_compute import ComputeApi
-from rlx_controller.provision import Plan, make_plan, startup_script
 from rlx_controller.run_config import loads_run_config
 from rlx_core.errors import PermissionDenied
+from rlx_launch.gcp import GcpApi
+from rlx_launch.gcp.base import ProvisionFailed, state_lines
+from rlx_launch.gcp.compute import ComputeApi
+from rlx_launch.provision import Plan, make_plan, startup_script
 from rlx_testing.fake_compute import FakeComputeApi
 from rlx_testing.fake_tpu import FakeTpuApi
 

@@ -1,6 +1,6 @@
-"""The node agent: what a TPU VM's startup script hands over to (rlx_controller.provision).
+"""The node agent: what a TPU VM's startup script hands over to (rlx_launch.provision).
 
-    python -m rlx_controller.node --run-dir gs://bucket/run --node NODE_ID --token-file F \\
+    python -m rlx_launch.node --run-dir gs://bucket/run --node NODE_ID --token-file F \\
         --home /var/lib/rlx [--worker N] --service NAME:KIND:PORT [--service ...]
 
 For each service of the node it waits for `nodes/NAME.json` in the run directory, which the
@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from rlx_controller.providers.local import KINDS, service_command
-from rlx_controller.provision import MESH_POOLS
 from rlx_core.errors import NotFound, RlxError
 from rlx_core.storage import Storage, open_storage
+from rlx_launch.local import KINDS, service_command
+from rlx_launch.provision import MESH_POOLS
 
 __all__ = [
     "CONFIG_PREFIX",
@@ -249,7 +249,7 @@ def _service(text: str) -> _Service:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m rlx_controller.node", description=__doc__.split("\n\n")[0]
+        prog="python -m rlx_launch.node", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--run-dir", required=True, help="the run directory (gs://, s3://, path)")
     parser.add_argument("--node", required=True, help="this node's id")

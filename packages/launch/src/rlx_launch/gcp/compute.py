@@ -29,19 +29,19 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from rlx_controller.providers.gcp_base import (
+from rlx_core.errors import NotFound, RlxError
+from rlx_launch.gcp.base import (
     MISSING,
     NodeApi,
     NodeState,
     calling,
     no_credentials,
 )
-from rlx_core.errors import NotFound, RlxError
 
 if TYPE_CHECKING:
     from google.cloud import compute_v1
 
-    from rlx_controller.provision import NodePlan
+    from rlx_launch.provision import NodePlan
 
 __all__ = ["ENDPOINT_ENV", "ComputeApi"]
 

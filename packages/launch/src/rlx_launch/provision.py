@@ -14,7 +14,7 @@ that colocates runs its services on the hosts of another pool: replica i on node
 The startup script installs rlx at this version (unless that version is there; on a VM into a
 virtual environment, with the Debian packages it needs), reads the run token from Secret Manager
 (`gcloud secrets versions access`; the token is never in metadata) and hands over to the node
-agent (`python -m rlx_controller.node`), which waits for each service's config in the run
+agent (`python -m rlx_launch.node`), which waits for each service's config in the run
 directory (written by the controller once every address is known), starts the services and
 reports a SIGTERM (preemption, maintenance) to the controller through the run directory.
 """
@@ -27,7 +27,6 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from rlx_controller._version import __version__
 from rlx_controller.run_config import (
     DEFAULT_DISK_GB,
     DEFAULT_IMAGE,
@@ -37,6 +36,7 @@ from rlx_controller.run_config import (
 )
 from rlx_core import DISTRIBUTIONS
 from rlx_core.errors import ConfigError
+from rlx_launch._version import __version__
 
 __all__ = [
     "MESH_POOLS",
@@ -244,8 +244,7 @@ def startup_script(plan: Plan, node: NodePlan) -> str:
         # (RLX_COORDINATOR set empty in the environment: one process, no jax.distributed)
         multi = 'export RLX_COORDINATOR="${RLX_COORDINATOR-auto}"\n'
     check = (
-        "import importlib.metadata as m, sys; "
-        f'sys.exit(m.version("rlx-controller") != "{__version__}")'
+        f'import importlib.metadata as m, sys; sys.exit(m.version("rlx-launch") != "{__version__}")'
     )
     if node.is_vm:
         machine = f"VM {node.machine_type}, {node.image}"
@@ -284,7 +283,7 @@ gcloud secrets versions access latest --secret={q(p.token_secret)} --project={q(
 mv "$RLX_HOME/token.tmp" "$RLX_HOME/token"
 
 # 3. the services of this node: the agent waits for their configs in the run directory
-{multi}exec "$PYTHON" -m rlx_controller.node --run-dir {q(plan.run_dir)} --node {q(node.node_id)} \\
+{multi}exec "$PYTHON" -m rlx_launch.node --run-dir {q(plan.run_dir)} --node {q(node.node_id)} \\
   --worker "$WORKER" --token-file "$RLX_HOME/token" --home "$RLX_HOME" \\
   --bind "${{RLX_BIND:-0.0.0.0}}" {services}
 """

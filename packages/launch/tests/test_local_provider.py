@@ -13,11 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlx_controller.providers import KINDS, LocalProvider, ServiceSpec, read_services
-from rlx_controller.providers.local import runs_service
 from rlx_core.clients import LifecycleClient, ParamServerClient
 from rlx_core.errors import InvalidArgument, Unavailable
 from rlx_core.rpc.auth import create_token_file
+from rlx_launch.local import KINDS, LocalProvider, ServiceSpec, read_services, runs_service
 
 
 @pytest.fixture

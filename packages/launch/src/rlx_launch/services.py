@@ -9,18 +9,11 @@ trainer, the inference workers and the verifier start together. Each service rea
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.providers.local import (
-    LocalProvider,
-    ServiceSpec,
-    read_services,
-    service_process,
-)
 from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths, sweep_temporaries
 from rlx_controller.service_configs import (
@@ -33,16 +26,14 @@ from rlx_controller.service_set import Clients
 from rlx_core.clients import InferenceClient, ParamServerClient, TrainerClient, VerifierClient
 from rlx_core.config import to_toml
 from rlx_core.storage import join_uri
+from rlx_launch.local import (
+    LocalProvider,
+    ServiceSpec,
+    read_services,
+    service_process,
+)
 
-__all__ = ["RunServices", "base_model_dir", "clean_up_previous", "kill_stale_services"]
-
-
-def base_model_dir() -> Path:
-    """The demo's committed SFT base model (tools/demo/base_model in the source tree)."""
-    env = os.environ.get("RLX_DEMO_BASE_MODEL")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[4] / "tools" / "demo" / "base_model"
+__all__ = ["RunServices", "clean_up_previous", "kill_stale_services"]
 
 
 def kill_stale_services(run_dir: Path, log: Callable[[str], None] = print) -> list[str]:

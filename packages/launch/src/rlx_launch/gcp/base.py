@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Self
 from rlx_core.errors import Cancelled, DeadlineExceeded, PermissionDenied, RlxError
 
 if TYPE_CHECKING:
-    from rlx_controller.provision import NodePlan, Plan
+    from rlx_launch.provision import NodePlan, Plan
 
 __all__ = [
     "GONE_STATES",
@@ -123,7 +123,7 @@ class NodeApi(abc.ABC):
         "exists"). ProvisionFailed names a node that ends FAILED while waiting, with the API's
         reason; DeadlineExceeded after `timeout_s`; Cancelled when `cancel` is set. Each node
         gets its startup script (`provision.startup_script`)."""
-        from rlx_controller.provision import startup_script
+        from rlx_launch.provision import startup_script
 
         done: dict[str, str] = {}
         sa = plan.provision.service_account

@@ -20,7 +20,8 @@ import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from rlx_controller.providers.gcp_base import (
+from rlx_core.errors import NotFound
+from rlx_launch.gcp.base import (
     GONE_STATES,
     MISSING,
     NodeApi,
@@ -30,12 +31,11 @@ from rlx_controller.providers.gcp_base import (
     no_credentials,
     state_lines,
 )
-from rlx_core.errors import NotFound
 
 if TYPE_CHECKING:
     from google.cloud import tpu_v2
 
-    from rlx_controller.provision import NodePlan
+    from rlx_launch.provision import NodePlan
 
 __all__ = [
     "ENDPOINT_ENV",

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import builtins
 
-from rlx_controller.providers.gcp_base import NodeApi, NodeState
-from rlx_controller.providers.gcp_compute import ComputeApi
-from rlx_controller.providers.gcp_tpu import TpuApi
-from rlx_controller.provision import NodePlan, Plan
+from rlx_launch.gcp.base import NodeApi, NodeState
+from rlx_launch.gcp.compute import ComputeApi
+from rlx_launch.gcp.tpu import TpuApi
+from rlx_launch.provision import NodePlan, Plan
 
 __all__ = ["GcpApi"]
 
