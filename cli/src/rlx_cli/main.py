@@ -34,6 +34,7 @@ from rlx_cli.prefilter_cmd import prefilter
 from rlx_cli.provision_cmd import provision_app
 from rlx_cli.ps_cmd import ps_app
 from rlx_cli.rollouts_cmd import rollouts_app
+from rlx_cli.run_cmd import register as register_run
 from rlx_cli.snapshot_cmd import snapshot_app
 from rlx_cli.terminal import one_line
 from rlx_cli.up_cmd import register as register_up
@@ -92,6 +93,7 @@ app.add_typer(provision_app, name="provision")
 app.add_typer(snapshot_app, name="snapshot")
 app.add_typer(rollouts_app, name="rollouts")
 register_up(app)
+register_run(app)
 register_plot(app)
 register_export(app)
 register_eval(app)

@@ -1,14 +1,17 @@
-"""`rlx snapshot list RUN` and `rlx snapshot inspect RUN [STEP]`: a run's controller snapshots.
+"""`rlx snapshot list RUN`, `rlx snapshot inspect RUN [STEP]` and `rlx snapshot take RUN`: a run's
+controller snapshots.
 
 RUN is the run directory (a path, file://, s3://bucket/prefix or gs://bucket/prefix). Snapshots
 that do not verify are listed with their problem; `inspect` shows the newest one that verifies
-(or the one at STEP), every field.
+(or the one at STEP), every field. `take` asks the run's controller, running on this machine, for
+a committed snapshot at the end of the step in progress and prints its step.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -22,7 +25,7 @@ from rlx_core.errors import RlxError
 __all__ = ["snapshot_app"]
 
 snapshot_app = typer.Typer(
-    help="List and inspect a run's controller snapshots.", no_args_is_help=True
+    help="List, inspect and take a run's controller snapshots.", no_args_is_help=True
 )
 
 
@@ -143,3 +146,25 @@ def inspect(
             shown = str(value)
         table.add_row(name, cell(shown, newlines=True))
     console.print(table)
+
+
+@snapshot_app.command()
+def take(
+    run: str = typer.Argument(..., help="Run directory: path, file://, s3:// or gs:// URI."),
+    work_dir: Path | None = typer.Option(
+        None, "--work-dir", help="This machine's files of a remote run (as for `rlx up`)."
+    ),
+    timeout_s: float = typer.Option(
+        600.0, "--timeout", help="Seconds to wait for the snapshot (the step in progress ends)."
+    ),
+) -> None:
+    """Take a committed snapshot of the running RUN now (at the end of the step in progress; the
+    run goes on) and print its step. Needs the run's controller running on this machine."""
+    from rlx_cli.run_cmd import take_snapshot
+    from rlx_controller.rundir import RunPaths
+
+    try:
+        step = take_snapshot(RunPaths.of(run, work_dir), timeout_s)
+    except RlxError as err:
+        _fail(f"{run}: {type(err).__name__}: {err}")
+    typer.echo(f"rlx snapshot: took a snapshot of {escape(run)} at step {step}")

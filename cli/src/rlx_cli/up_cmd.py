@@ -1,12 +1,14 @@
-"""`rlx up`, `rlx resume`, `rlx status`, `rlx down`: run the whole system on this machine.
+"""`rlx up`, `rlx resume`: run the whole system on this machine (`rlx status` and `rlx down`
+are in run_cmd.py).
 
 rlx up                                  # the built-in demo (2-digit addition), run dir ./rlx-run
 rlx up --example code                   # the built-in code example (Python programs, sandboxed)
 rlx up CONFIG.toml --run-dir DIR --set steps=50
 rlx up CONFIG.toml --run-dir s3://bucket/runs/r1 [--work-dir DIR]
-rlx resume RUN                          # continue from the newest snapshot that verifies
-rlx status RUN [--json]                 # from another terminal: components, versions, ETA
-rlx down RUN                            # SIGTERM the controller (it snapshots), stop services
+rlx up --detach                         # the same in the background; prints how to follow it
+rlx resume RUN [--detach]               # continue from the newest snapshot that verifies
+
+The process serves the run's Controller service on a loopback port while it runs (rlx_cli.run_cmd).
 
 RUN is the run directory: a path, or an s3:// / gs:// URI whose machine-local files (logs, pid
 files, token) live in a work directory (rlx_controller.rundir).
@@ -14,11 +16,7 @@ files, token) live in a work directory (rlx_controller.rundir).
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -27,15 +25,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 from rich.console import Console
 from rich.live import Live
-from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from rlx_cli.terminal import cell, one_line
-from rlx_core.errors import NotFound, RlxError
+from rlx_core.errors import RlxError
 
 if TYPE_CHECKING:
-    from rlx_controller.lease import LeaseHolder
-    from rlx_controller.processes import Process
     from rlx_controller.rundir import RunPaths
 
 __all__ = ["register"]
@@ -43,8 +38,6 @@ __all__ = ["register"]
 console = Console(stderr=True)
 
 PROVIDERS = ("local", "gcp-tpu")
-STATUS_TIMEOUT_S = 3.0  # per inference worker asked by `rlx status`
-ETA_WINDOW = 20  # steps whose median time sets the ETA
 
 
 def _fail(message: str) -> NoReturn:
@@ -162,6 +155,14 @@ def _new_driver(cfg: Any, paths: RunPaths, log: _Log) -> Any:
     return Driver(cfg, paths.uri, work_dir=paths.work, progress=Progress(steps=cfg.steps), log=log)
 
 
+def _serve(driver: Any, paths: RunPaths) -> Any:
+    """The run's Controller service, served by this process while it drives the run
+    (`rlx_controller.serve_run`: controller.json in the work directory); close() it after."""
+    from rlx_controller import serve_run
+
+    return serve_run(driver, paths.work, run_dir=paths.uri)
+
+
 def _drive(
     cfg: Any,
     paths: RunPaths,
@@ -187,6 +188,7 @@ def _drive(
         driver, log = prepared
         log.open(paths.work)
     progress = driver.progress
+    served = _serve(driver, paths)  # rlx status, down and snapshot take ask it
     live_ok = sys.stderr.isatty()
     if paths.remote:
         log(f"run dir {paths.uri}; this machine's files in {paths.work}")
@@ -214,6 +216,7 @@ def _drive(
     except RlxError as e:
         _fail(f"{type(e).__name__}: {e}")
     finally:
+        served.close()
         log.close()
     _finish(summary, paths)
     if cfg.services.provider == "gcp-tpu":
@@ -269,6 +272,11 @@ def _finish(summary: Any, paths: RunPaths) -> None:
     )
 
 
+DETACH_HELP = (
+    "Run in the background (its own process and session, output in the work directory's "
+    "rlx-detached.log); return once its controller service answers, printing how to follow and "
+    "stop it."
+)
 RUN_HELP = "The run directory: a path, or s3://bucket/prefix, gs://bucket/prefix."
 EXAMPLES = ("addition", "code")
 WORK_DIR_HELP = (
@@ -300,6 +308,7 @@ def up(
         help="The built-in example to run without CONFIG: addition (the demo, the default) or "
         "code (Python programs run in the sandbox on hidden tests).",
     ),
+    detach: bool = typer.Option(False, "--detach", help=DETACH_HELP),
 ) -> None:
     """Start every service and train (the built-in demo without CONFIG)."""
     if example is not None and example not in EXAMPLES:
@@ -318,6 +327,14 @@ def up(
         except RlxError as e:
             _fail(f"{type(e).__name__}: {e}")
     paths = _paths(run_dir or "rlx-run", work_dir)
+    if detach:
+        from rlx_cli.run_cmd import detach as run_detached
+
+        args = ["up", *([] if config is None else [config]), "--run-dir", paths.uri]
+        args += [] if work_dir is None else ["--work-dir", str(work_dir)]
+        args += [x for o in overrides for x in ("--set", o)]
+        run_detached(args + ([] if example is None else ["--example", example]), paths)
+        return
     made = _first_missing(paths.work)  # removed again when `up` refuses
     try:
         cfg, prepared = _prepare_up(config, paths, overrides, example or "addition")
@@ -383,390 +400,21 @@ def resume(
         help="Take the run over from a controller that still holds its lease (only when you "
         "know that controller is dead, e.g. its machine is gone).",
     ),
+    detach: bool = typer.Option(False, "--detach", help=DETACH_HELP),
 ) -> None:
     """Continue RUN from its newest snapshot that verifies (a remote RUN on any machine: an
     empty work directory loses nothing). Refused while another controller runs it."""
     paths = _paths(run, work_dir)
     cfg = _run_config(paths)
+    if detach:
+        from rlx_cli.run_cmd import detach as run_detached
+
+        where = [] if work_dir is None else ["--work-dir", str(work_dir)]
+        run_detached(["resume", paths.uri, *where, *(["--force"] if force else [])], paths)
+        return
     _drive(cfg, paths, resume=True, force=force)
-
-
-def _controller(work: Path, holder: LeaseHolder | None) -> Process | None:
-    """The run's controller on this machine: the process `controller.pid` in `work` names, while
-    `holder` (the run's lease, as read) names that pid on this host with the process's start time
-    (`LeaseHolder.process`). A stale file may name a pid the system has since given to another
-    program, an rlx of another run included: None then, and it is never signalled."""
-    from rlx_controller.rundir import CONTROLLER_PID
-
-    try:
-        pid = int((work / CONTROLLER_PID).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if holder is None or holder.pid != pid:
-        return None
-    return holder.process()
-
-
-def _worker_status(address: str, token_file: Path) -> dict[str, Any]:
-    from rlx_core.clients import InferenceClient
-
-    client = InferenceClient(address, token_file=str(token_file))
-    try:
-        s = client.status(timeout=STATUS_TIMEOUT_S)
-    except RlxError as e:
-        return {"loaded_version": None, "error": f"{type(e).__name__}: {e}"}
-    finally:
-        client.close()
-    return {
-        "loaded_version": s.loaded_version,
-        "queue_depth": s.queue_depth,
-        "active": s.active,
-        "units_done": s.units_done,
-        "tokens_per_s": s.tokens_per_s,
-    }
-
-
-def _token_file(run: Path, config: dict[str, Any]) -> Path:
-    """The token of a run's services: the work directory's (local runs), or the controller's copy
-    named by `provision.token_file` (gcp-tpu runs)."""
-    from rlx_core.rpc.auth import default_token_path
-
-    if (run / "token").exists():
-        return run / "token"
-    named = config.get("provision", {}).get("token_file", "")
-    return Path(named).expanduser() if named else default_token_path()
-
-
-def _answers(address: str, token_file: Path) -> bool:
-    from rlx_core.clients import LifecycleClient
-
-    try:
-        with LifecycleClient(address, token_file=str(token_file)) as client:
-            client.status(timeout=STATUS_TIMEOUT_S)
-    except RlxError:
-        return False
-    return True
-
-
-def _eta(records: list[dict[str, Any]], steps: int | None) -> dict[str, Any]:
-    """Seconds per step (median of the last ETA_WINDOW steps) and the seconds left at that pace."""
-    times = [r["step_s"] for r in records if isinstance(r.get("step_s"), (int, float))]
-    recent = sorted(times[-ETA_WINDOW:])
-    if not recent:
-        return {"s_per_step": None, "eta_s": None}
-    median = recent[len(recent) // 2]
-    step = max((r["step"] for r in records), default=0)
-    left = None if steps is None else max(0, steps - step) * median
-    return {"s_per_step": median, "eta_s": left}
-
-
-def run_status(paths: RunPaths) -> dict[str, Any]:
-    """Everything `rlx status RUN` shows, as plain data (the `--json` output): the services and
-    live metrics from the work directory, the config and snapshots from the run directory."""
-    import tomllib
-    from dataclasses import asdict
-
-    from rlx_cli.plot_cmd import read_metrics, read_uploaded_metrics
-    from rlx_controller.lease import read_holder
-    from rlx_controller.rundir import CONFIG_FILE, read_text
-    from rlx_controller.snapshot import SnapshotStore
-    from rlx_launch.local import read_services, runs_service
-
-    run = paths.work
-    if not run.is_dir() and not (paths.remote and paths.storage.exists(CONFIG_FILE)):
-        where = f"{paths.uri} (work dir {run})" if paths.remote else str(run)
-        raise NotFound(f"{where}: no such run directory")
-    steps: int | None = None
-    config: dict[str, Any] = {}
-    with contextlib.suppress(RlxError, tomllib.TOMLDecodeError):
-        config = tomllib.loads(read_text(paths.storage, CONFIG_FILE))
-        steps = config.get("steps")
-    services: dict[str, Any] = {}
-    workers: dict[str, Any] = {}
-    token = _token_file(run, config)
-    for name, h in sorted(read_services(run).items()):
-        # pid 0: a service on another machine (a TPU node), alive when it answers; a local one
-        # is alive while its pid, start time and run are the recorded ones
-        alive = runs_service(h, run) if h.pid else _answers(h.address, token)
-        services[name] = {
-            "kind": h.kind,
-            "pid": h.pid,
-            "address": h.address,
-            "alive": alive,
-            "restarts": h.restarts,
-            "log": h.log,
-        }
-        if h.kind == "inference":
-            workers[name] = (
-                _worker_status(h.address, token)
-                if alive
-                else {"loaded_version": None, "error": "not running"}
-            )
-    try:
-        records = read_metrics(run)
-    except NotFound:
-        records = []
-        if paths.remote:  # from a machine not running it: the metrics uploaded with snapshots
-            with contextlib.suppress(NotFound):
-                records = read_uploaded_metrics(paths.storage)
-    trained = [r for r in records if r["step"] > 0]
-    staleness: dict[str, int] = {}
-    for r in trained:
-        if isinstance(r.get("staleness"), int):
-            key = str(r["staleness"])
-            staleness[key] = staleness.get(key, 0) + 1
-    heldout = {
-        str(r["step"]): r["heldout"] for r in records if isinstance(r.get("heldout"), (int, float))
-    }
-    # the newest evaluation's per-dataset figures (eval/<name>/greedy, pass@1, pass@k, avg@k)
-    evals = [r for r in records if any(k.startswith("eval/") for k in r)]
-    newest_eval = (
-        {
-            "step": evals[-1]["step"],
-            "figures": {
-                k.removeprefix("eval/"): v for k, v in evals[-1].items() if k[:5] == "eval/"
-            },
-        }
-        if evals
-        else None
-    )
-    snap = SnapshotStore(paths.storage).latest()
-    holder = read_holder(paths.storage)
-    controller = _controller(run, holder)
-    pid = None if controller is None else controller.pid
-    last = trained[-1] if trained else {}
-    numerics = {
-        k: last[f"trainer/mismatch_{k}"]
-        for k in ("mean", "p95", "max")
-        if isinstance(last.get(f"trainer/mismatch_{k}"), (int, float))
-    }
-    return {
-        "run": paths.uri,
-        "work_dir": str(run),
-        "controller": {"pid": pid, "alive": pid is not None},
-        # who holds the run (on any machine: the lease in the run directory)
-        "lease": None if holder is None else {**asdict(holder), "alive": holder.alive(time.time())},
-        "services": services,
-        "workers": workers,
-        "step": last.get("step", 0),
-        "steps": steps,
-        "reward": last.get("reward"),
-        "heldout": heldout,
-        "eval": newest_eval,
-        "staleness": staleness,
-        # sampler vs trainer on the same version, the newest step's (nats)
-        "numerical_mismatch": numerics or None,
-        "policy_lag": _policy_lag(trained[-LAG_STEPS:]),
-        **_eta(trained, steps),
-        "last_snapshot": None
-        if snap is None
-        else {
-            "step": snap.step,
-            "version": snap.version,
-            "reason": snap.reason,
-            "created_unix": snap.created_unix,
-        },
-    }
-
-
-LAG_STEPS = 100  # `rlx status` sums up the policy lag of the newest steps
-
-
-def _policy_lag(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per staleness, over `records`: steps, the mean KL(π_generating ‖ π_trained) k3, and the
-    range of the ratio π_trained / π_generating (the trainer's `lag_*` metrics)."""
-    out: dict[str, dict[str, float]] = {}
-    for r in records:
-        kl, stale = r.get("trainer/lag_kl_k3"), r.get("staleness")
-        if not isinstance(kl, (int, float)) or not isinstance(stale, int):
-            continue
-        g = out.setdefault(
-            str(stale), {"steps": 0, "kl_k3": 0.0, "ratio_min": math.inf, "ratio_max": -math.inf}
-        )
-        g["steps"] += 1
-        g["kl_k3"] += (kl - g["kl_k3"]) / g["steps"]
-        g["ratio_min"] = min(g["ratio_min"], r.get("trainer/lag_ratio_min", math.inf))
-        g["ratio_max"] = max(g["ratio_max"], r.get("trainer/lag_ratio_max", -math.inf))
-    return out
-
-
-def _hms(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    m, s = divmod(round(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
-
-
-def _eval_figures(figures: dict[str, float | None]) -> str:
-    """One line per eval dataset: "NAME greedy 0.968, pass@1 0.951, pass@8 0.998, avg@8 0.951"."""
-    by_ds: dict[str, list[str]] = {}
-    order = {"greedy": 0, "pass@1": 1}  # then pass@k, then avg@k
-
-    def rank(key: str) -> tuple[str, int]:
-        name, _, what = key.rpartition("/")
-        return name, order.get(what, 2 if what.startswith("pass@") else 3)
-
-    for key, value in sorted(figures.items(), key=lambda kv: rank(kv[0])):
-        name, _, what = key.rpartition("/")
-        shown = f"{value:.3f}" if isinstance(value, (int, float)) else "-"
-        by_ds.setdefault(name, []).append(f"{what} {shown}")
-    return "\n".join(f"{name}: {', '.join(parts)}" for name, parts in by_ds.items())
-
-
-def status(
-    run: str = typer.Argument(..., help=RUN_HELP),
-    work_dir: Path | None = typer.Option(None, "--work-dir", help=WORK_DIR_HELP),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead."),
-) -> None:
-    """Components, loaded version per inference worker, step and ETA, staleness histogram and
-    last snapshot of RUN (from any terminal; dead components are shown, not errors)."""
-    try:
-        out = run_status(_paths(run, work_dir))
-    except RlxError as e:
-        _fail(str(e))
-    if json_output:
-        typer.echo(json.dumps(out, sort_keys=True))
-        return
-    table = Table(title=f"rlx run {out['run']}", show_header=False)
-    table.add_column("k", style="bold")
-    table.add_column("v")
-    c, lease = out["controller"], out["lease"]
-
-    def safe(value: object) -> str:  # text from the run's files or a worker: shown, not obeyed
-        return markup_escape(one_line(str(value)))
-
-    if c["alive"]:
-        table.add_row("controller", f"pid {c['pid']} alive")
-    elif lease is not None and lease["alive"]:
-        table.add_row("controller", f"on host {safe(lease['host'])} pid {lease['pid']} (its lease)")
-    else:
-        table.add_row("controller", "not running")
-    for name, s in out["services"].items():
-        state = "[green]alive[/green]" if s["alive"] else "[red]dead[/red]"
-        # a service on a TPU node (pid 0) names its node: its log is NODE:logs/NAME.log there
-        where = f"pid {s['pid']}" if s["pid"] else f"on node {safe(s['log'].split(':')[0])}"
-        extra = ""
-        if name in out["workers"]:
-            w = out["workers"][name]
-            extra = f", version {w['loaded_version']}" if "error" not in w else f", {w['error']}"
-        table.add_row(
-            safe(name),
-            f"{state} {safe(s['address'])} {where} restarts {s['restarts']}{safe(extra)}",
-        )
-    total = out["steps"] if out["steps"] is not None else "?"
-    table.add_row("step", f"{out['step']} / {total}")
-    s_per_step = out["s_per_step"]
-    pace = "-" if s_per_step is None else f"{s_per_step:.2f} s/step"
-    table.add_row("ETA", f"{_hms(out['eta_s'])} ({pace})")
-    if out["reward"] is not None:
-        table.add_row("reward", f"{out['reward']:.3f}")
-    heldout = sorted(out["heldout"].items(), key=lambda kv: int(kv[0]))
-    table.add_row("held-out", ", ".join(f"{k}: {v:.3f}" for k, v in heldout[-6:]) or "-")
-    if out["eval"] is not None:
-        table.add_row(f"eval (step {out['eval']['step']})", _eval_figures(out["eval"]["figures"]))
-    hist = sorted(out["staleness"].items(), key=lambda kv: int(kv[0]))
-    table.add_row("staleness", ", ".join(f"{k}: {v} steps" for k, v in hist) or "-")
-    num = out["numerical_mismatch"]
-    table.add_row(
-        "numerical mismatch",
-        "-"
-        if not num
-        else ", ".join(f"{k} {v:.2g}" for k, v in num.items())
-        + " nats (sampler vs trainer, same version)",
-    )
-    lag = sorted(out["policy_lag"].items(), key=lambda kv: int(kv[0]))
-    table.add_row(
-        "policy lag",
-        "\n".join(
-            f"staleness {k}: KL k3 {g['kl_k3']:.3g}, ratio {g['ratio_min']:.3g}-"
-            f"{g['ratio_max']:.3g} ({g['steps']} steps)"
-            for k, g in lag
-        )
-        or "-",
-    )
-    snap = out["last_snapshot"]
-    table.add_row(
-        "last snapshot",
-        "-"
-        if snap is None
-        else f"step {snap['step']} ({snap['reason']}, "
-        f"{time.strftime('%H:%M:%S', time.localtime(snap['created_unix']))})",
-    )
-    Console().print(table)
-
-
-def _stop_services(run: Path, grace_s: float) -> list[str]:
-    """SIGTERM the process group of every live service of RUN, SIGKILL what is left after
-    `grace_s`; return the names stopped. Only a recorded process that is still that service of
-    this run (pid, start time and run: `service_process`) is touched, through the group it
-    leads."""
-    from rlx_launch.local import read_services, service_process
-
-    live = {}
-    for name, h in read_services(run).items():
-        proc = service_process(h, run) if h.pid else None  # pid 0: on a TPU node
-        if proc is not None and proc.signal_group(signal.SIGTERM):
-            live[name] = proc
-    deadline = time.monotonic() + grace_s
-    while any(p.alive() for p in live.values()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for proc in live.values():
-        proc.signal_group(signal.SIGKILL)  # nothing when it has exited (or its pid is reused)
-    return sorted(live)
-
-
-def down(
-    run: str = typer.Argument(..., help=RUN_HELP),
-    work_dir: Path | None = typer.Option(None, "--work-dir", help=WORK_DIR_HELP),
-    timeout_s: float = typer.Option(
-        120.0, "--timeout", help="Seconds to wait for the controller's snapshot before SIGKILL."
-    ),
-) -> None:
-    """Stop RUN: SIGTERM the controller (it writes a snapshot and stops its services), then stop
-    any service still running. Safe to repeat; `rlx resume RUN` continues the run. Only this
-    run's processes are signalled (each recognised by pid, start time and run)."""
-    from rlx_controller.lease import read_holder
-
-    paths = _paths(run, work_dir)
-    work = paths.work
-    if not work.is_dir():
-        _fail(
-            f"{work}: no such run directory"
-            + (f" (work dir of {paths.uri})" if paths.remote else "")
-        )
-    try:
-        holder = read_holder(paths.storage)
-    except RlxError:  # the run directory cannot be read: the controller cannot be told apart
-        holder = None
-    controller = _controller(work, holder)
-    pid = None if controller is None else controller.pid
-    if controller is not None and controller.signal(signal.SIGTERM):
-        typer.echo(
-            f"rlx: stopping the controller (pid {pid}); it writes a snapshot first", err=True
-        )
-        start = time.monotonic()
-        next_note = start + 10
-        while controller.alive() and time.monotonic() - start < timeout_s:
-            time.sleep(0.2)
-            if time.monotonic() >= next_note:
-                typer.echo(
-                    f"rlx: waiting for the controller ({time.monotonic() - start:.0f} s)", err=True
-                )
-                next_note += 10
-        if controller.alive():
-            typer.echo(f"rlx: controller still running after {timeout_s:.0f} s: SIGKILL", err=True)
-            controller.signal(signal.SIGKILL)
-    stopped = _stop_services(work, grace_s=10.0)
-    if pid is None and not stopped:
-        typer.echo(f"rlx: {paths.uri} is already down")
-        return
-    left = f"; services stopped here: {', '.join(stopped)}" if stopped else ""
-    typer.echo(f"rlx: {paths.uri} is down{left}")
 
 
 def register(app: typer.Typer) -> None:
     app.command()(up)
     app.command()(resume)
-    app.command()(status)
-    app.command()(down)

@@ -40,8 +40,8 @@ from rlx_controller.schedule import (
     select_groups,
     version_for_batch,
 )
-from rlx_controller.server import serve
-from rlx_controller.service import ControllerService
+from rlx_controller.server import read_controller, serve, serve_run
+from rlx_controller.service import ControllerService, RunControl
 from rlx_controller.snapshot import Snapshot, SnapshotEntry, SnapshotStore
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "PromptRef",
     "RolloutLog",
     "RunConfig",
+    "RunControl",
     "Schedule",
     "Selection",
     "Snapshot",
@@ -81,11 +82,13 @@ __all__ = [
     "mixture_sources",
     "randbelow",
     "random_u64",
+    "read_controller",
     "read_jsonl",
     "read_parquet",
     "sample_seed",
     "select_groups",
     "serve",
+    "serve_run",
     "uniform",
     "version_for_batch",
     "write_addition_jsonl",
