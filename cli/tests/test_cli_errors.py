@@ -13,22 +13,15 @@ from typer.testing import CliRunner
 from rlx_cli.main import app
 from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_core.config import to_toml
+from rlx_testing import tree
 
 runner = CliRunner()
 BINARY = bytes(range(256)) * 4  # not UTF-8, not JSON, not TOML, not a directory
 
 
-def _tree(root: Path) -> dict[str, bytes | None]:
-    """Every path under `root` with its bytes (None for a directory)."""
-    out: dict[str, bytes | None] = {str(root): None}
-    for path in sorted(root.rglob("*")):
-        out[str(path)] = None if path.is_dir() else path.read_bytes()
-    return out
-
-
 def fails_cleanly(args: Sequence[str], named: str, root: Path) -> str:
     """Run `rlx ARGS`; check the one-line error naming `named` and that `root` is untouched."""
-    before = _tree(root)
+    before = tree(root)
     result = runner.invoke(app, list(args))
     assert isinstance(result.exception, SystemExit), (
         f"rlx {' '.join(args)} raised {result.exception!r}\n{result.output}"
@@ -37,7 +30,7 @@ def fails_cleanly(args: Sequence[str], named: str, root: Path) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert named in lines[0], lines[0]
-    assert _tree(root) == before
+    assert tree(root) == before
     return lines[0]
 
 

@@ -20,19 +20,12 @@ from rlx_controller.rollout_log import RolloutLog
 from rlx_core.config import to_toml
 from rlx_core.rollout import Judgement, RolloutGroup, RolloutSample, RolloutUnit
 from rlx_core.storage import open_storage
+from rlx_testing import tree
 
 runner = CliRunner()
 ESC = "\x1b"
 # a screen clear, a carriage return, a forged line and an OSC 52 clipboard write
 HOSTILE_TEXT = "ok\x1b[2J\r\x1b[1Arlx: forged\x1b]52;c;cm0gLXJmIH4K\x07 \u202eevil\x9b1m"
-
-
-def _tree(root: Path) -> dict[str, bytes | None]:
-    """Every path under `root` with its bytes (None for a directory)."""
-    out: dict[str, bytes | None] = {}
-    for path in sorted(root.rglob("*")):
-        out[str(path.relative_to(root))] = None if path.is_dir() else path.read_bytes()
-    return out
 
 
 def _one_line(args: Sequence[str]) -> str:
@@ -89,11 +82,11 @@ def test_export_refuses_an_out_that_is_holds_or_sits_in_the_run(
         "parent": run.parent,
         "grandparent": run.parent.parent,
     }[where]
-    before = _tree(run.parent.parent)
+    before = tree(run.parent.parent)
     line = _one_line(["export", str(run), "--out", str(out), *(["--force"] if force else [])])
     assert line.startswith(f"rlx: InvalidArgument: --out {out}: "), line
     assert "run" in line.removeprefix(f"rlx: InvalidArgument: --out {out}: ")
-    assert _tree(run.parent.parent) == before  # nothing written, nothing removed
+    assert tree(run.parent.parent) == before  # nothing written, nothing removed
 
 
 def test_export_refuses_another_run_and_a_symlink_into_one(run: Path, tmp_path: Path) -> None:
@@ -102,11 +95,11 @@ def test_export_refuses_another_run_and_a_symlink_into_one(run: Path, tmp_path: 
     shutil.copytree(run, other)
     link = tmp_path / "link"
     link.symlink_to(other / "checkpoints")
-    before = _tree(other)
+    before = tree(other)
     for out in (other, link):
         line = _one_line(["export", str(run), "--out", str(out), "--force"])
         assert f"{other} is a run directory (it holds config.toml)" in line, line
-    assert _tree(other) == before and link.is_symlink()
+    assert tree(other) == before and link.is_symlink()
 
 
 def test_export_refuses_the_runs_base_model(run: Path, tmp_path: Path) -> None:
@@ -115,11 +108,11 @@ def test_export_refuses_the_runs_base_model(run: Path, tmp_path: Path) -> None:
     shutil.copytree(base_model_dir(), base)
     config = (run / "config.toml").read_text().replace(str(base_model_dir()), str(base))
     (run / "config.toml").write_text(config)
-    before = _tree(base)
+    before = tree(base)
     for out in (base, base / "sub"):
         line = _one_line(["export", str(run), "--out", str(out), "--force"])
         assert f"the run's base model ([model] path) is {base}" in line, line
-    assert _tree(base) == before
+    assert tree(base) == before
 
 
 # --- rlx up: a hostile template or tokenizer, a bad dataset --------------------------------------

@@ -6,7 +6,6 @@ a battery of malformed requests the process is alive and still judges."""
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,27 +19,23 @@ from rlx_core.proto.verifier.v1 import verifier_pb2 as pb
 from rlx_core.proto.verifier.v1 import verifier_pb2_grpc as pb_grpc
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.rpc.client import connect
+from rlx_testing import ServiceProcess
 from rlx_verifier import TestCase, Verifier
 
 MAX_TIME_S = 600.0  # the server's judge.max_time_limit_s: room for a long run to cancel
 DOUBLE = "print(int(input()) * 2)"
 
 
-class Server:
+class Server(ServiceProcess):
     def __init__(self, tmp_path: Path) -> None:
         token_file = tmp_path / "token"
         self.token = create_token_file(token_file)
-        self.log = tmp_path / "verifier.log"
         command = [sys.executable, "-m", "rlx_verifier", "--port", "0"]
         command += ["--token-file", str(token_file)]
         for setting in ("judge.workers=1", "judge.math_workers=1", "judge.infra_retries=0"):
             command += ["--set", setting]
         command += ["--set", f"judge.max_time_limit_s={MAX_TIME_S}"]
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log)
-        assert self.proc.stdout is not None
-        self.address = self.proc.stdout.readline().decode().strip()
-        assert self.address, self.log.read_text()
+        super().__init__(command, token=None)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -59,20 +54,12 @@ class Server:
                 return e.code()  # type: ignore[no-any-return]
         return reply
 
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     s = Server(tmp_path_factory.mktemp("verifier"))
     yield s
-    s.close()
+    s.stop()
 
 
 def _stdio(sample_id: str, **fields: object) -> pb.Sample:
@@ -211,7 +198,7 @@ def test_after_a_battery_of_malformed_requests_the_process_still_judges(server: 
     ]
     for sample in battery:
         reply = server.raw(sample)
-        assert server.alive(), (sample.sample_id, server.log.read_text()[-4000:])
+        assert server.alive(), (sample.sample_id, server.stderr()[-4000:])
         if isinstance(reply, pb.VerifyReply):  # judged, or an error for that sample alone
             assert [r.status for r in reply.results] != ["INFRA"], (sample.sample_id, reply)
         else:

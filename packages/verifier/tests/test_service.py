@@ -15,14 +15,13 @@ from rlx_core.config import from_dict
 from rlx_core.errors import InvalidArgument, Unauthenticated
 from rlx_core.proto.verifier.v1 import verifier_pb2 as pb
 from rlx_core.rpc.client import call
-from rlx_testing import serve_in_thread
+from rlx_testing import TOKEN, WRONG_TOKEN, serve_in_thread, write_token_file
 from rlx_verifier import Repositories, VerifierConfig, VerifierService
 from rlx_verifier.servicer import registrations
 from rlx_verifier.upload import upload_dataset
 
 from .conftest import FAILING_CHECKER_PY, SUM_CHECKER_PY, SUM_PROGRAMS
 
-TOKEN = "verifier-test-token-0123456789abcdef"
 RETRIES = 1
 
 
@@ -66,8 +65,7 @@ def manifest(service: VerifierService, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(scope="module")
 def address(service: VerifierService, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    token_file = tmp_path_factory.mktemp("token") / "token"
-    token_file.write_text(TOKEN)
+    token_file = write_token_file(tmp_path_factory.mktemp("token") / "token")
     config = from_dict(
         VerifierConfig,
         {"server": {"port": 0, "grace_s": 0.1, "token_file": str(token_file)}},
@@ -183,7 +181,7 @@ def test_status(service: VerifierService, address: str) -> None:
 
 
 def test_every_call_needs_the_token(address: str) -> None:
-    with VerifierClient(address, token="wrong-token-0123456789abcdef") as client:
+    with VerifierClient(address, token=WRONG_TOKEN) as client:
         with pytest.raises(Unauthenticated):
             client.status()
         with pytest.raises(Unauthenticated):

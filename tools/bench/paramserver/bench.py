@@ -38,6 +38,7 @@ import contextlib
 import glob
 import math
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -54,7 +55,7 @@ import numpy as np
 from rlx_core.clients import LifecycleClient, ParamServerClient
 from rlx_core.clients.paramserver import TensorSpec
 
-TOKEN = "bench-paramserver-token-0123456789"
+TOKEN = secrets.token_hex(16)  # this run's server and clients only
 VOCAB, HIDDEN, MLP, HEADS, KV_HEADS, HEAD_DIM = 151936, 896, 4864, 14, 2, 64
 Boxes = dict[str, tuple[list[int], list[int]]]
 
