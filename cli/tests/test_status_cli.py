@@ -83,7 +83,8 @@ def test_status_then_down_of_a_run_with_one_live_service(tmp_path: Path) -> None
         result = runner.invoke(app, ["status", str(run), "--json"])
         assert result.exit_code == 0, result.output
         status = json.loads(result.stdout)
-        assert status["controller"] == {"pid": None, "alive": False}
+        assert status["controller"] == {"pid": None, "alive": False, "address": None}
+        assert status["live"] is None  # no controller service: the run directory alone
         assert status["services"]["paramserver-0"]["alive"] is True
         assert status["services"]["paramserver-0"]["pid"] == handle.pid
         assert status["services"]["inference-0"]["alive"] is False
