@@ -19,6 +19,7 @@ from rlx_controller.run_config import loads_run_config
 from rlx_core.clients.inference import GenerateResult, Rollout
 from rlx_core.clients.verifier import VerifySample
 from rlx_core.rollout import RolloutUnit
+from rlx_launch import open_services
 from rlx_verifier.config import JudgeConfig, VerifierConfig
 from rlx_verifier.service import VerifierService
 
@@ -77,7 +78,9 @@ group_size = 1
 max_prompt_tokens = 200
 max_new_tokens = 8
 """
-    return Driver(loads_run_config(text), tmp_path / "run", log=lambda _m: None)
+    return Driver(
+        loads_run_config(text), tmp_path / "run", open_services=open_services, log=lambda _m: None
+    )
 
 
 @pytest.fixture(scope="module")

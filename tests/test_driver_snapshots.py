@@ -5,7 +5,9 @@ simulated services (no JAX), so the test is quick."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,6 +18,7 @@ from rlx_controller.demo import DEMO_TASK, write_addition_jsonl
 from rlx_controller.run_config import loads_run_config
 from rlx_controller.snapshot import Snapshot
 from rlx_core.config import to_toml
+from rlx_core.errors import FailedPrecondition
 
 
 def _driver(
@@ -120,3 +123,82 @@ def test_an_unverifiable_snapshot_is_named_once_and_the_one_before_used(
     assert len(skipped) == 1 and skipped[0].count("skipping snapshot") == 1, skipped
     assert newest.name in skipped[0] and "incomplete" in skipped[0]
     assert any("resuming from snapshot at step 3" in line for line in lines), lines
+
+
+def _trained(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """The metrics line of each trained step (the last one written, a resume writes some again),
+    without its timings."""
+    out: dict[int, dict[str, Any]] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "step_s" in record:
+            out[record["step"]] = {
+                k: v for k, v in record.items() if not k.endswith("_s") and "per_s" not in k
+            }
+    return out
+
+
+def test_a_requested_snapshot_is_written_at_the_step_end_and_the_run_goes_on(
+    sim: ModuleType, tmp_path: Path
+) -> None:
+    """request_snapshot() from another thread (here: a metrics listener at step 2's line) gets a
+    committed snapshot of step 2, reason "manual", with the checkpoint of step 2 written first
+    (lag 0: batch 2 is generated with version 2) as the SIGTERM path does; the run trains on to
+    its final step; a request after the end gets the final snapshot's step. Resumed from the
+    requested snapshot (the later ones lost), the run trains the same batches as the
+    uninterrupted one."""
+    sets = ("staleness.lag=0", "snapshots.every=3")
+    driver = _driver(sim, tmp_path / "a", steps=5, sets=sets)
+    with pytest.raises(FailedPrecondition, match="no step trained yet"):
+        driver.request_snapshot().result(timeout=1)
+    futures: list[Future[int]] = []
+    lines: list[int] = []
+
+    def listener(record: dict[str, Any]) -> None:
+        lines.append(record["step"])
+        if record["step"] == 2:
+            futures.append(driver.request_snapshot())
+        if record["step"] == 3:
+            raise ValueError("a broken listener")  # logged; the loop goes on
+
+    driver.add_metrics_listener(listener)
+    written: list[Snapshot] = []
+    write = driver.snapshots.write
+
+    def record(snap: Snapshot) -> str:
+        written.append(snap)
+        return write(snap)
+
+    driver.snapshots.write = record  # type: ignore[method-assign]
+    assert driver.run(resume=False).steps == 5
+    assert lines == [1, 2, 3, 4, 5]
+    assert futures[0].result(timeout=1) == 2
+    assert [(s.step, s.reason) for s in written] == [(2, "manual"), (3, "reload"), (5, "final")]
+    assert written[0].checkpoint_step == 2
+    assert driver.progress.last_snapshot == (5, "final")
+    assert driver.progress.loaded == {"inference-0": 4, "inference-1": 4}
+    assert driver.request_snapshot().result(timeout=1) == 5
+
+    # the run dies after the requested snapshot: only it is left; resume from it
+    b = tmp_path / "b"
+    first = _driver(sim, b, steps=5, sets=sets)
+    asked: list[Future[int]] = []
+    first.add_metrics_listener(
+        lambda r: asked.append(first.request_snapshot()) if r["step"] == 2 else None
+    )
+    write_b = first.snapshots.write
+
+    def fail_after_2(snap: Snapshot) -> str:
+        if snap.step > 2:
+            raise OSError(28, "No space left on device")
+        return write_b(snap)
+
+    first.snapshots.write = fail_after_2  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="No space left"):
+        first.run(resume=False)
+    assert asked[0].result(timeout=1) == 2
+    lines_b: list[str] = []
+    resumed = _driver(sim, b, steps=5, sets=sets, log=lines_b.append)
+    assert resumed.run(resume=True).steps == 5
+    assert any("resuming from snapshot at step 2 (checkpoint 2)" in m for m in lines_b), lines_b
+    assert _trained(b / "run") == _trained(tmp_path / "a" / "run")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rlx_controller.driver import Driver
 from rlx_controller.run_config import check_run_inputs, loads_run_config
+from rlx_launch import open_services
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN2 = ROOT / "packages" / "model" / "tests" / "testdata" / "qwen2"
@@ -41,7 +42,7 @@ def test_the_readme_gsm8k_example_runs_the_real_path(tmp_path: Path) -> None:
     cfg = loads_run_config(text)
     check_run_inputs(cfg)
     lines: list[str] = []
-    driver = Driver(cfg, tmp_path / "run", log=lines.append)
+    driver = Driver(cfg, tmp_path / "run", open_services=open_services, log=lines.append)
 
     first = json.loads(rows[0])
     prompt = driver.datasets["gsm8k"].prompt(0)

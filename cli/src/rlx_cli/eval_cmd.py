@@ -247,6 +247,7 @@ def eval_command(
 
     from rlx_controller.driver import Driver
     from rlx_controller.evaluation import heldout_accuracy, summarize
+    from rlx_launch import open_services
 
     _check_options(run, step, model)
     _check_out(out)
@@ -267,7 +268,7 @@ def eval_command(
             path = model.resolve() if model is not None else Path(cfg.model.path)
             source = str(path)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(path)))
-        driver = Driver(cfg, work, log=_say)
+        driver = Driver(cfg, work, open_services=open_services, log=_say)
         t0 = time.monotonic()
         records = driver.evaluate_model(samples=k)
     finally:

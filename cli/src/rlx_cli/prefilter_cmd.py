@@ -46,6 +46,7 @@ def prefilter(
     """
     from rlx_cli.up_cmd import EXAMPLES, _load_config, _paths
     from rlx_controller.driver import Driver
+    from rlx_launch import open_services
 
     if example is not None and (example not in EXAMPLES or config is not None):
         typer.echo(
@@ -59,7 +60,12 @@ def prefilter(
     cfg = _load_config(config, _paths(run_dir, None), overrides, example or "addition")
     # the pre-filter being computed must not filter the datasets it reads
     cfg = dataclasses.replace(cfg, prefilter=dataclasses.replace(cfg.prefilter, file=""))
-    driver = Driver(cfg, run_dir, log=lambda m: print(one_line(m), file=sys.stderr, flush=True))
+    driver = Driver(
+        cfg,
+        run_dir,
+        open_services=open_services,
+        log=lambda m: print(one_line(m), file=sys.stderr, flush=True),
+    )
     t0 = time.monotonic()
     result = driver.prefilter(out, samples=samples, limit=limit)
     lo, hi = cfg.prefilter.min_pass_rate, cfg.prefilter.max_pass_rate

@@ -151,8 +151,16 @@ def _new_driver(cfg: Any, paths: RunPaths, log: _Log) -> Any:
     every prompt rendered and encoded. An RlxError naming what is wrong, before any service
     starts."""
     from rlx_controller.driver import Driver, Progress
+    from rlx_launch import open_services
 
-    return Driver(cfg, paths.uri, work_dir=paths.work, progress=Progress(steps=cfg.steps), log=log)
+    return Driver(
+        cfg,
+        paths.uri,
+        open_services=open_services,
+        work_dir=paths.work,
+        progress=Progress(steps=cfg.steps),
+        log=log,
+    )
 
 
 def _serve(driver: Any, paths: RunPaths) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,11 @@ def _driver(tmp_path: Path, dynamic: bool) -> Driver:
             f"dynamic_sampling.enabled={'true' if dynamic else 'false'}",
         ),
     )
-    return Driver(cfg, tmp_path / "run", log=lambda _m: None)
+    return Driver(cfg, tmp_path / "run", open_services=_no_services, log=lambda _m: None)
+
+
+def _no_services(*_a: Any, **_k: Any) -> Any:
+    raise AssertionError("the batch tests start no services")
 
 
 def _records(d: Driver, rewards: list[list[float | None]]) -> list[RolloutUnit]:

@@ -48,7 +48,10 @@ from rlx_controller.demo import (  # noqa: E402
 )
 from rlx_controller.driver import Driver  # noqa: E402
 from rlx_controller.run_config import RunConfig, loads_run_config  # noqa: E402
+from rlx_controller.rundir import RunPaths  # noqa: E402
+from rlx_controller.service_set import Clients, ServiceSet  # noqa: E402
 from rlx_core.config import to_toml  # noqa: E402
+from rlx_launch import open_services  # noqa: E402
 
 # (label, overrides, goal ratio)
 CONFIGS: list[tuple[str, list[str], float]] = [
@@ -81,37 +84,69 @@ BACKGROUND = [  # a unit runs in two stages (Driver._submit)
 ]
 
 
+class TimedServices:
+    """The run's real services (rlx_launch), the calls of their clients timed."""
+
+    def __init__(self, inner: ServiceSet, timings: Timings) -> None:
+        self.inner, self.timings = inner, timings
+        self.token_file = inner.token_file
+
+    def start(self, on_wait: Any = None) -> None:
+        self.inner.start(on_wait)
+
+    def connect(self) -> Clients:
+        c, t = self.inner.connect(), self.timings
+        manifest = {"manifest": "  of which paramserver manifest (params hash)"}
+        return Clients(
+            trainer=Timed(
+                c.trainer,
+                t,
+                {"train_step": "trainer step RPC", "save_checkpoint": "trainer checkpoint RPC"},
+            ),
+            workers=[
+                Timed(
+                    w,
+                    t,
+                    {
+                        "load_version": "  worker load_version RPC",
+                        "generate": "  worker generate RPC",
+                    },
+                )
+                for w in c.workers
+            ],
+            verifiers=[Timed(v, t, {"verify": "  verifier RPC"}) for v in c.verifiers],
+            paramservers=[Timed(c.paramservers[0], t, manifest), *c.paramservers[1:]],
+        )
+
+    def addresses(self) -> dict[str, str]:
+        return self.inner.addresses()
+
+    def dead(self) -> list[str]:
+        return self.inner.dead()
+
+    def restart_dead(self, log: Any) -> list[str]:
+        return self.inner.restart_dead(log)
+
+    def restart_hung(self, name: str, log: Any) -> None:
+        self.inner.restart_hung(name, log)
+
+    def stop(self) -> None:
+        self.inner.stop()
+
+
 class BenchDriver(Driver):
     """The real Driver, its calls timed; held-out evaluation off (not part of a step)."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, *, timings: Timings, **kw: Any) -> None:
-        super().__init__(cfg, run_dir, **kw)
+        def timed_services(cfg: RunConfig, paths: RunPaths, **kw: Any) -> TimedServices:
+            return TimedServices(open_services(cfg, paths, **kw), timings)
+
+        super().__init__(cfg, run_dir, open_services=timed_services, **kw)
         self.timings = timings
         self.eval_sets = []
         self.cpu_marks_at = 0
         self.cpu_marks: dict[int, tuple[float, dict[str, float]]] = {}
         self.rollouts.append = timings.wrap("  rollout log append", self.rollouts.append)  # type: ignore[method-assign]
-
-    def _connect(self) -> None:
-        super()._connect()
-        t = self.timings
-        self.trainer = Timed(  # type: ignore[assignment]
-            self.trainer,
-            t,
-            {"train_step": "trainer step RPC", "save_checkpoint": "trainer checkpoint RPC"},
-        )
-        self.workers = [  # type: ignore[misc]
-            Timed(
-                w,
-                t,
-                {"load_version": "  worker load_version RPC", "generate": "  worker generate RPC"},
-            )
-            for w in self.workers
-        ]
-        self.verifiers = [Timed(v, t, {"verify": "  verifier RPC"}) for v in self.verifiers]  # type: ignore[misc]
-        self.paramserver = Timed(  # type: ignore[assignment]
-            self.paramserver, t, {"manifest": "  of which paramserver manifest (params hash)"}
-        )
 
     build_batch = timed_method("build_batch")(Driver.build_batch)
     _snapshot = timed_method("snapshot")(Driver._snapshot)
@@ -124,8 +159,9 @@ class BenchDriver(Driver):
         # CPU of every process of the run at the steady window's ends (the step's trainer call
         # and checkpoint are done; the final step's checkpoint is left out)
         if record.get("step") in (self.cpu_marks_at, self.cfg.steps - 1):
-            assert self.services is not None
-            pids = {n: h.pid for n, h in self.services.provider.handles.items()}
+            assert isinstance(self.services, TimedServices)
+            handles = self.services.inner.provider.handles  # type: ignore[attr-defined]
+            pids = {n: h.pid for n, h in handles.items()}
             self.cpu_marks[record["step"]] = (time.monotonic(), service_cpu(pids))
 
 

@@ -63,6 +63,7 @@ from rlx_controller.demo import (  # noqa: E402
 )
 from rlx_controller.driver import Driver  # noqa: E402
 from rlx_controller.run_config import RunConfig, loads_run_config  # noqa: E402
+from rlx_controller.service_set import Clients  # noqa: E402
 from rlx_core.clients import GenerateResult, StepResult, TrainBatch  # noqa: E402
 from rlx_core.clients import WorkUnit as GenUnit  # noqa: E402
 from rlx_core.clients.inference import LoadResult, Rollout  # noqa: E402
@@ -249,6 +250,63 @@ class SimParamServer:
         pass
 
 
+class SimServices:
+    """A run's services as in-process simulated clients (a `ServiceSet`): nothing to start,
+    stop or restart, no address to ping; each `connect()` makes fresh clients."""
+
+    token_file = None
+
+    def __init__(
+        self, cfg: RunConfig, model: LatencyModel, timings: Timings | None, clock: _Clock
+    ) -> None:
+        self.cfg, self.model, self.timings, self.clock = cfg, model, timings, clock
+
+    def start(self, on_wait: Any = None) -> None:
+        pass
+
+    def connect(self) -> Clients:
+        t, m = self.timings, self.model
+        n = self.cfg.services.inference_workers
+
+        def timed(client: Any, methods: dict[str, str]) -> Any:
+            return client if t is None else Timed(client, t, methods)
+
+        trainer = timed(
+            SimTrainer(m), {"train_step": "trainer step", "save_checkpoint": "trainer checkpoint"}
+        )
+        workers = [
+            timed(
+                SimWorker(i, m, self.clock),
+                {"load_version": "worker load_version", "generate": "worker generate"},
+            )
+            for i in range(n)
+        ]
+        verifiers = max(1, self.cfg.services.verifier_workers)
+        return Clients(
+            trainer=trainer,
+            workers=workers,
+            verifiers=[
+                timed(SimVerifier(m, self.clock), {"verify": "verifier"}) for _ in range(verifiers)
+            ],
+            paramservers=[timed(SimParamServer(m), {"manifest": "paramserver manifest"})],
+        )
+
+    def addresses(self) -> dict[str, str]:
+        return {}
+
+    def dead(self) -> list[str]:
+        return []
+
+    def restart_dead(self, log: Any) -> list[str]:
+        return []
+
+    def restart_hung(self, name: str, log: Any) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
 class SimDriver(Driver):
     """The real Driver with simulated services (in-process clients, latency model)."""
 
@@ -261,41 +319,14 @@ class SimDriver(Driver):
         timings: Timings | None,
         **kw: Any,
     ) -> None:
-        super().__init__(cfg, run_dir, **kw)
         self.model = model
         self.timings = timings
         self.clock = _Clock()
+        services = SimServices(cfg, model, timings, self.clock)
+        super().__init__(cfg, run_dir, open_services=lambda *_a, **_k: services, **kw)
         self.eval_sets = []  # held-out evaluation is not rollout throughput
         if timings is not None:
             self.rollouts.append = timings.wrap("rollout log append", self.rollouts.append)  # type: ignore[method-assign]
-
-    def _start_services(self) -> None:  # seam: no RunServices, in-process clients
-        self.services = None
-        self._connect()
-
-    def _connect(self) -> None:
-        t, m = self.timings, self.model
-        n = self.cfg.services.inference_workers
-
-        def timed(client: Any, methods: dict[str, str]) -> Any:
-            return client if t is None else Timed(client, t, methods)
-
-        self.trainer = timed(
-            SimTrainer(m), {"train_step": "trainer step", "save_checkpoint": "trainer checkpoint"}
-        )
-        self.workers = [
-            timed(
-                SimWorker(i, m, self.clock),
-                {"load_version": "worker load_version", "generate": "worker generate"},
-            )
-            for i in range(n)
-        ]
-        verifiers = max(1, self.cfg.services.verifier_workers)
-        self.verifiers = [
-            timed(SimVerifier(m, self.clock), {"verify": "verifier"}) for _ in range(verifiers)
-        ]
-        self.paramserver = timed(SimParamServer(m), {"manifest": "paramserver manifest"})
-        self._reset_worker_state()
 
     build_batch = timed_method("build_batch")(Driver.build_batch)
     _snapshot = timed_method("snapshot")(Driver._snapshot)
@@ -383,7 +414,7 @@ def profile_controller(
         run_dir = Path(tmp) / "run"
         cfg = sim_config(run_dir, data_dir, workers, 3, max_new)
         driver = SimDriver(cfg, run_dir, model=model, timings=None, log=lambda _m: None)
-        driver._connect()
+        driver._start_services()
         driver.run_id = "profile"
         units = list(driver.schedule.plan(0).units)
         c0 = time.process_time()

@@ -1,7 +1,14 @@
 """The controller's loop (DESIGN §2-§4): start the services, train batch after batch, resume.
 
-    driver = Driver(cfg, run_dir)           # a path, or s3:// / gs:// with a local work_dir
+    driver = Driver(cfg, run_dir, open_services=rlx_launch.open_services)  # or s3:// / gs://
     summary = driver.run(resume=False)      # `rlx up`; resume=True: `rlx resume`
+
+The loop is handed its services (rlx_controller.service_set): `open_services` makes the run's
+service set (local processes, TPU nodes, or in-process simulations), which the loop starts,
+connects to, watches and restarts; it never starts a process or calls a cloud API itself. While
+it runs, `request_snapshot()` asks for a committed snapshot at the end of the step in progress,
+`add_metrics_listener(fn)` hears every metrics line, and `request_stop(reason)` stops it at a
+snapshot (rlx_controller's gRPC service uses these).
 
 For b = step, step + 1, ...: the schedule's work units of every batch whose version exists are
 dispatched to the inference workers in threads (generation runs ahead of training by `lag`);
@@ -68,16 +75,12 @@ from rlx_controller.schedule import (
     select_groups,
 )
 from rlx_controller.scoring import score_responses
-from rlx_controller.services import RunServices, clean_up_previous
+from rlx_controller.service_set import Clients, OpenServices, ServiceSet
 from rlx_controller.snapshot import Snapshot, SnapshotStore
 from rlx_core.clients import (
-    InferenceClient,
-    ParamServerClient,
     Sampling,
     StepResult,
     TrainBatch,
-    TrainerClient,
-    VerifierClient,
     VerifySample,
 )
 from rlx_core.clients import WorkUnit as GenUnit
@@ -92,7 +95,6 @@ from rlx_core.errors import (
     Unavailable,
 )
 from rlx_core.rollout import RolloutGroup, RolloutUnit
-from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
 from rlx_core.tokenizer import Tokenizer, load_tokenizer
 
@@ -301,6 +303,8 @@ class Progress:
     phase: str = "starting"
     components: dict[str, str] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
+    loaded: dict[str, int] = field(default_factory=dict)  # "inference-<i>" -> version it holds
+    last_snapshot: tuple[int, str] | None = None  # (step, reason) this process committed last
 
 
 @dataclass
@@ -367,6 +371,7 @@ class Driver:
         cfg: RunConfig,
         run_dir: str | Path,
         *,
+        open_services: OpenServices,
         work_dir: str | Path | None = None,
         progress: Progress | None = None,
         log: Callable[[str], None] = print,
@@ -374,6 +379,7 @@ class Driver:
         max_recoveries: int = 5,
     ) -> None:
         self.cfg = cfg
+        self._open_services = open_services
         # durable state at the run directory (a path or s3:// / gs://), this machine's processes
         # in the work directory (the same directory for a local run): rlx_controller.rundir
         self.paths = RunPaths.of(run_dir, work_dir)
@@ -424,7 +430,8 @@ class Driver:
         )
         self._stop = threading.Event()
         self._stop_reason = ""
-        self.services: RunServices | None = None
+        self.services: ServiceSet | None = None
+        self._clients: Clients | None = None
         self.run_id = ""
         self._worker_locks: list[threading.Lock] = []
         self._train_times: list[float] = []
@@ -439,6 +446,12 @@ class Driver:
         self._lease: Lease | None = None  # this run's, while run() runs
         self._checkpoints: dict[int, str] = {}  # step -> uri of the trainer's checkpoints
         self._liveness: Liveness | None = None  # status pings of the services, once connected
+        self._metrics_listeners: list[Callable[[dict[str, Any]], None]] = []
+        # request_snapshot: the futures waiting for the end of the step in progress
+        self._requests_lock = threading.Lock()
+        self._snapshot_requests: list[Future[int]] = []
+        self._in_loop = False  # the step loop is running (a request is served at a step's end)
+        self._ended_at: int | None = None  # the run ended at a snapshot of this step
 
     # --- output -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -449,25 +462,26 @@ class Driver:
         if self.metrics is None:
             self.metrics = MetricsWriter(self.work_dir)
         self.metrics.write(record)
+        for fn in list(self._metrics_listeners):
+            try:
+                fn(record)
+            except Exception as e:  # a listener never breaks the loop
+                self.log(f"metrics listener {getattr(fn, '__name__', fn)!r} failed: {e!r}")
+
+    def add_metrics_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        """Call `fn(record)` with every metrics line right after it is written to
+        metrics.jsonl, on the loop's thread (an exception in fn is logged, nothing more)."""
+        self._metrics_listeners.append(fn)
 
     # --- services ---------------------------------------------------------------------------
     def _start_services(self) -> None:
-        if self.cfg.services.provider == "gcp-tpu":
-            from rlx_controller.tpu_services import TpuRunServices, tpu_token_file
-
-            self.services = TpuRunServices(
-                self.cfg,
-                self.paths,
-                tpu_token_file(self.cfg),
-                log=self.log,
-                on_preempted=self.request_stop,
-                cancel=self._stop,  # Ctrl-C / SIGTERM while provisioning stops the wait
-            )
-        else:
-            token = self.work_dir / "token"
-            create_token_file(token)  # a fresh token for every start
-            clean_up_previous(self.paths, self.log)
-            self.services = RunServices(self.cfg, self.paths, token)
+        self.services = self._open_services(
+            self.cfg,
+            self.paths,
+            log=self.log,
+            on_preempted=self.request_stop,
+            cancel=self._stop,  # Ctrl-C / SIGTERM while provisioning stops the wait
+        )
         self.progress.phase = "starting services"
         shown: dict[str, float] = {}
 
@@ -482,38 +496,43 @@ class Driver:
     def _connect(self) -> None:
         assert self.services is not None
         s = self.services
-        tf = str(s.token_file)
-        self.trainer = TrainerClient(s.address("trainer"), token_file=tf)
-        self.workers = [InferenceClient(s.address(n), token_file=tf) for n in s.workers]
-        self.verifiers = [VerifierClient(s.address(n), token_file=tf) for n in s.verifiers]
-        self.paramserver = ParamServerClient(s.address(s.paramservers[0]), token_file=tf)
-        self._liveness = Liveness(
-            {name: h.address for name, h in s.provider.handles.items()},
-            tf,
-            deadline_s=self.deadline_s,
+        clients = self._clients = s.connect()
+        self.trainer = clients.trainer
+        self.workers = list(clients.workers)
+        self.verifiers = list(clients.verifiers)
+        self.paramserver = clients.paramservers[0]
+        addresses = s.addresses()  # none: services with no address to ping (in-process)
+        self._liveness = (
+            Liveness(addresses, str(s.token_file), deadline_s=self.deadline_s)
+            if addresses
+            else None
         )
         self._reset_worker_state()
-        for name, h in s.provider.handles.items():
-            self.progress.components[name] = f"up {h.address}"
+        for name, address in addresses.items():
+            self.progress.components[name] = f"up {address}"
 
     def _reset_worker_state(self) -> None:
         """Per inference worker: the lock that serialises its calls and the version it holds
         (unknown after a (re)connect)."""
         self._worker_locks = [threading.Lock() for _ in self.workers]
         self._loaded: list[int | None] = [None] * len(self.workers)
+        self.progress.loaded.clear()
+
+    def _set_loaded(self, worker: int, version: int | None) -> None:
+        """Worker `worker` holds `version` (None: not known), for the loop and the live view."""
+        self._loaded[worker] = version
+        if version is None:
+            self.progress.loaded.pop(f"inference-{worker}", None)
+        else:
+            self.progress.loaded[f"inference-{worker}"] = version
 
     def _close_clients(self) -> None:
         if self._liveness is not None:
             self._liveness.close()
             self._liveness = None
-        for c in [
-            getattr(self, "trainer", None),
-            getattr(self, "paramserver", None),
-            *getattr(self, "workers", []),
-            *getattr(self, "verifiers", []),
-        ]:
-            if c is not None:
-                c.close()
+        if self._clients is not None:
+            self._clients.close()
+            self._clients = None
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
         """fn() through `_retry`; a call to a service that stops answering status calls (it
@@ -526,7 +545,7 @@ class Driver:
             else functools.partial(live.call, fn, service, through=_waits_on(service, live))
         )
         try:
-            dead = self.services.provider.dead if self.services is not None else list
+            dead = self.services.dead if self.services is not None else list
             return _retry(watched, what, self.deadline_s, self.log, dead)
         except NotAnswering as e:
             raise ComponentFailed(f"{what}: {e}", service=e.service) from e
@@ -564,14 +583,14 @@ class Driver:
                     self._call(
                         lambda: client.load_version(unit.version), f"inference-{worker} load"
                     )
-                    self._loaded[worker] = unit.version
+                    self._set_loaded(worker, unit.version)
                     self.progress.components[f"inference-{worker}"] = f"up, version {unit.version}"
                 try:
                     return self._call(lambda: client.generate(unit), f"inference-{worker} generate")
                 except FailedPrecondition:
                     # the worker holds another version than we thought (restarted by someone
                     # else, or forced to reload): load again, once
-                    self._loaded[worker] = None
+                    self._set_loaded(worker, None)
                     if attempt:
                         raise
             raise AssertionError("unreachable")
@@ -931,6 +950,7 @@ class Driver:
                 uploads.upload(upto)
             self.snapshots.write(Snapshot(**fields, params_hash=self._params_hash(step)))
             self.progress.components["snapshot"] = f"step {step} ({reason})"
+            self.progress.last_snapshot = (step, reason)
 
         if not background:
             write()
@@ -952,10 +972,80 @@ class Driver:
         except Exception as e:  # the error already on its way out matters more
             self.log(f"the snapshot being written failed too: {e}")
 
-    # --- the loop ---------------------------------------------------------------------------
+    def _stop_snapshot(
+        self, at: int, reason: str, outstanding: list[WorkUnit], totals: dict[str, float]
+    ) -> None:
+        """The committed snapshot of step `at` between two steps (SIGTERM, a request): with a
+        checkpoint at `at` first when the batches from `at` on are generated with version `at`
+        (else the snapshot names an older checkpoint and a resume replays from the log)."""
+        if self._oldest_version_needed(at) >= at:
+            self._save_checkpoint()
+        self._snapshot(at, reason, outstanding, totals)
+
+    # --- requests from other threads (the controller service) ---------------------------------
     def request_stop(self, reason: str = "signal") -> None:
         self._stop_reason = reason
         self._stop.set()
+
+    def request_snapshot(self) -> Future[int]:
+        """A committed snapshot at the end of the step in progress (reason "manual", the
+        snapshot format's name for one asked for); the loop goes on training. The future holds
+        its step, or the error. When the run ends or stops first: the final / stop snapshot's
+        step. FailedPrecondition before the loop has a step to train."""
+        future: Future[int] = Future()
+        with self._requests_lock:
+            if self._ended_at is not None:
+                future.set_result(self._ended_at)
+            elif self._in_loop or self.progress.step > 0:
+                self._snapshot_requests.append(future)
+            else:
+                future.set_exception(
+                    FailedPrecondition(
+                        "no step trained yet: a snapshot can be taken once the first step is "
+                        f"under way (phase: {self.progress.phase})"
+                    )
+                )
+        return future
+
+    def _take_requests(self) -> list[Future[int]]:
+        with self._requests_lock:
+            taken, self._snapshot_requests = self._snapshot_requests, []
+        return taken
+
+    def _answer_requests(self, step: int | None, error: BaseException | None = None) -> None:
+        """Every waiting request_snapshot gets `step` (the run ended there), or the error."""
+        with self._requests_lock:
+            if step is not None and error is None:
+                self._ended_at = step
+            taken, self._snapshot_requests = self._snapshot_requests, []
+        for future in taken:
+            if error is not None:
+                future.set_exception(error)
+            elif step is None:
+                future.set_exception(
+                    FailedPrecondition("the run stopped before a step was trained: no snapshot")
+                )
+            else:
+                future.set_result(step)
+
+    def _serve_requests(
+        self, at: int, outstanding: list[WorkUnit], totals: dict[str, float]
+    ) -> None:
+        """Write the requested snapshot of step `at` (the step just trained), if any is asked."""
+        taken = self._take_requests()
+        if not taken:
+            return
+        self.log(f"step {at}: writing a requested snapshot")
+        try:
+            self._stop_snapshot(at, "manual", outstanding, totals)
+        except BaseException as e:
+            for future in taken:
+                future.set_exception(e)
+            raise
+        for future in taken:
+            future.set_result(at)
+
+    # --- the loop ---------------------------------------------------------------------------
 
     def run(self, *, resume: bool, force: bool = False) -> RunSummary:
         """Train to cfg.steps (fresh, or from the newest snapshot); stop services at the end.
@@ -963,14 +1053,24 @@ class Driver:
         The run's lease (rlx_controller.lease) is held throughout: RunBusy, before anything is
         touched, when another live controller holds it, unless `force`."""
         start = time.monotonic()
-        lease = self._lease = Lease.acquire(self.storage, force=force)
+        try:
+            lease = self._lease = Lease.acquire(self.storage, force=force)
+        except BaseException as e:
+            self._answer_requests(None, e)
+            raise
         try:
             # for `rlx status` / `rlx down` on this machine (written once the run is ours)
             (self.work_dir / CONTROLLER_PID).write_text(str(os.getpid()))
-            return self._run_leased(resume, start)
+            summary = self._run_leased(resume, start)
+        except BaseException as e:
+            self._answer_requests(None, e)
+            raise
         finally:
             self._lease = None
             lease.release()
+        # the final or stop snapshot's step (0: stopped before any step, no snapshot)
+        self._answer_requests(summary.steps or None)
+        return summary
 
     def _run_leased(self, resume: bool, start: float) -> RunSummary:
         info = read_run_info(self.storage) if resume else None
@@ -1053,14 +1153,13 @@ class Driver:
         The resume pushes the versions from its checkpoint on again (the same bytes); left in
         place, the newer ones would make each replayed version the oldest, evicted the moment it
         is committed, before the workers that need it pull it."""
-        assert self.services is not None
-        tf = str(self.services.token_file)
-        for name in self.services.paramservers:
-            with ParamServerClient(self.services.address(name), token_file=tf) as client:
-                info = self._call(client.versions_info, f"{name} versions")
-                for version in sorted({*(v.version for v in info.versions), *info.staged}):
-                    with contextlib.suppress(NotFound):  # gone meanwhile (a failed push)
-                        self._call(functools.partial(client.drop, version), f"{name} drop")
+        assert self._clients is not None
+        for i, client in enumerate(self._clients.paramservers):
+            name = f"paramserver-{i}"
+            info = self._call(client.versions_info, f"{name} versions")
+            for version in sorted({*(v.version for v in info.versions), *info.staged}):
+                with contextlib.suppress(NotFound):  # gone meanwhile (a failed push)
+                    self._call(functools.partial(client.drop, version), f"{name} drop")
 
     def _train_s_per_step(self) -> float:
         """Median seconds of a train step, past the first three (compilation)."""
@@ -1180,6 +1279,7 @@ class Driver:
         self.progress.step = step
         t_last = time.monotonic()
         stopped = False
+        self._in_loop = True
         try:
             for b in range(step, cfg.steps):
                 if self._lease is not None:
@@ -1259,6 +1359,8 @@ class Driver:
                     self._snapshot(new, "reload", outstanding, totals, background=True)
                 if self._stop.is_set():
                     raise Stop
+                if new < cfg.steps:  # (at the end, the final snapshot answers them)
+                    self._serve_requests(new, outstanding, totals)
             self._wait_snapshot()
         except Stop:
             stopped = True
@@ -1266,13 +1368,12 @@ class Driver:
             at = self.progress.step
             outstanding = [u for units in plans.values() for u in units]
             if at > 0:
-                if self._oldest_version_needed(at) >= at:  # else the snapshot names an older one
-                    self._save_checkpoint()
-                self._snapshot(at, "sigterm", outstanding, totals)
+                self._stop_snapshot(at, "sigterm", outstanding, totals)
         except BaseException:
             self._settle_snapshot()
             raise
         finally:
+            self._in_loop = False
             halt.set()
             prep_pool.shutdown(wait=False, cancel_futures=True)
             for pool in gen_pools:
