@@ -10,7 +10,6 @@ naming the dotted path (`trainer.optim.lr`, `datasets[2].weight`), the value and
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 import inspect
 import io
@@ -24,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import PurePath
 from typing import Any, Literal, Union, get_args, get_origin
 
+from rlx_core.configs.checks import suggest
 from rlx_core.errors import ConfigError
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
@@ -45,18 +45,6 @@ def show(value: Any) -> str:
     """`repr(value)`, cut to a length that fits in one message line."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def suggest(word: str, choices: typing.Iterable[str]) -> str:
-    """`did you mean 'x'?` for the closest choice and those `word` begins (case-insensitive), or
-    "" when none is close."""
-    by_lower = {c.lower(): c for c in choices}
-    low = word.lower()
-    close = difflib.get_close_matches(low, list(by_lower), n=1, cutoff=0.6)
-    close += [c for c in by_lower if low and c.startswith(low) and c not in close]
-    if not close:
-        return ""
-    return "did you mean " + " or ".join(repr(by_lower[c]) for c in close[:3]) + "?"
 
 
 def type_error(path: str, value: Any, expected: str, hint: str = "") -> ConfigError:

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rlx_core.configs.checks import at_least
 from rlx_core.errors import ConfigError, RlxError
 
 __all__ = [
@@ -44,8 +45,7 @@ class DistributedConfig:
     process_id: int = 0  # this process, 0 <= process_id < num_processes; 0 serves gRPC
 
     def __post_init__(self) -> None:
-        if self.num_processes < 1:
-            raise ConfigError("must be >= 1", field="num_processes", value=self.num_processes)
+        at_least(self, 1, "num_processes")
         if not 0 <= self.process_id < self.num_processes:
             raise ConfigError(
                 f"must be within 0..{self.num_processes - 1} (num_processes {self.num_processes})",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from rlx_core.configs.checks import at_least
 from rlx_core.errors import ConfigError
 
 __all__ = ["BENCH_CONFIG", "TINY_CONFIGS", "ModelConfig", "RopeScaling", "tiny_config"]
@@ -64,10 +65,9 @@ class ModelConfig:
     remat: Remat = "none"  # per-layer rematerialisation policy for training
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "head_dim"):
-            value = getattr(self, name)
-            if value < 1:
-                raise ConfigError("must be >= 1", field=name, value=value)
+        at_least(
+            self, 1, "vocab_size", "hidden_size", "intermediate_size", "num_layers", "head_dim"
+        )
         if self.num_heads < 1 or self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
             raise ConfigError(
                 f"num_heads ({self.num_heads}) must be a positive multiple of num_kv_heads",

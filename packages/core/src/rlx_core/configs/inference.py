@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlx_core.configs.checks import at_least
 from rlx_core.configs.server import ServerConfig
 from rlx_core.errors import ConfigError
 
@@ -34,9 +35,7 @@ class EngineConfig:
     tensor_parallel: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("slots", "block_size", "cache_mib", "steps_per_call", "span_bucket"):
-            if getattr(self, name) < 1:
-                raise ConfigError("must be >= 1", field=name, value=getattr(self, name))
+        at_least(self, 1, "slots", "block_size", "cache_mib", "steps_per_call", "span_bucket")
         if self.tensor_parallel < 0:
             raise ConfigError(
                 "must be >= 1, or 0 for all devices",
@@ -101,9 +100,7 @@ class UnitLimits:
     max_samples: int = 65536  # prompts x G in one unit, >= 1
 
     def __post_init__(self) -> None:
-        for name in ("max_prompts", "max_samples_per_prompt", "max_samples"):
-            if getattr(self, name) < 1:
-                raise ConfigError("must be >= 1", field=f"limits.{name}", value=getattr(self, name))
+        at_least(self, 1, "max_prompts", "max_samples_per_prompt", "max_samples", prefix="limits.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,5 +115,4 @@ class InferenceConfig:
     worker_index: int = 0  # this worker's index i; it pulls from replica i mod R, >= 0
 
     def __post_init__(self) -> None:
-        if self.worker_index < 0:
-            raise ConfigError("must be >= 0", field="worker_index", value=self.worker_index)
+        at_least(self, 0, "worker_index")

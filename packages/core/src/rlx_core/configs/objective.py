@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 
+from rlx_core.configs.checks import suggest
 from rlx_core.errors import ConfigError
 
 __all__ = [
@@ -81,8 +82,6 @@ def presets_taking(name: str) -> list[str]:
 
 
 def _suggest(word: str, choices: list[str]) -> str:
-    from rlx_core._config_types import suggest
-
     hint = suggest(word, choices)
     return f"; {hint}" if hint else ""
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlx_core.configs.checks import at_least
 from rlx_core.configs.server import ServerConfig
-from rlx_core.errors import ConfigError
 
 __all__ = ["ParamServerConfig"]
 
@@ -28,13 +28,6 @@ class ParamServerConfig:
     max_version_mib: int = 0
 
     def __post_init__(self) -> None:
-        if self.replica_id < 0:
-            raise ConfigError("must be >= 0", field="replica_id", value=self.replica_id)
-        if self.max_versions < 1:
-            raise ConfigError("must be >= 1", field="max_versions", value=self.max_versions)
-        if self.chunk_kib < 1:
-            raise ConfigError("must be >= 1", field="chunk_kib", value=self.chunk_kib)
-        if self.max_push_wait_s < 0:
-            raise ConfigError("must be >= 0", field="max_push_wait_s", value=self.max_push_wait_s)
-        if self.max_version_mib < 0:
-            raise ConfigError("must be >= 0", field="max_version_mib", value=self.max_version_mib)
+        at_least(self, 0, "replica_id")
+        at_least(self, 1, "max_versions", "chunk_kib")
+        at_least(self, 0, "max_push_wait_s", "max_version_mib")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlx_core.configs.checks import at_least
 from rlx_core.errors import ConfigError
 
 __all__ = ["ServerConfig"]
@@ -30,9 +31,6 @@ class ServerConfig:
             raise ConfigError(
                 "must differ from port", field="metrics_port", value=self.metrics_port
             )
-        if self.max_workers < 1:
-            raise ConfigError("must be >= 1", field="max_workers", value=self.max_workers)
-        if self.max_message_mib < 4:
-            raise ConfigError("must be >= 4", field="max_message_mib", value=self.max_message_mib)
-        if self.grace_s < 0:
-            raise ConfigError("must be >= 0", field="grace_s", value=self.grace_s)
+        at_least(self, 1, "max_workers")
+        at_least(self, 4, "max_message_mib")
+        at_least(self, 0, "grace_s")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlx_core.configs.checks import at_least
 from rlx_core.configs.objective import ObjectiveConfig
 from rlx_core.configs.server import ServerConfig
 from rlx_core.errors import ConfigError
@@ -28,20 +29,6 @@ __all__ = [
 Dtype = Literal["float32", "bfloat16"]
 
 
-def _positive(owner: object, *names: str) -> None:
-    for name in names:
-        value = getattr(owner, name)
-        if value < 1:
-            raise ConfigError("must be >= 1", field=name, value=value)
-
-
-def _nonneg(owner: object, *names: str) -> None:
-    for name in names:
-        value = getattr(owner, name)
-        if value is not None and value < 0:
-            raise ConfigError("must be >= 0", field=name, value=value)
-
-
 @dataclass(frozen=True, kw_only=True)
 class ModelOptions:
     """How the trainer holds and runs the model, whatever checkpoint it comes from."""
@@ -52,7 +39,7 @@ class ModelOptions:
     logprob_chunk: int = 128  # positions per vocabulary-projection chunk in log-prob code, >= 1
 
     def __post_init__(self) -> None:
-        _positive(self, "logprob_chunk")
+        at_least(self, 1, "logprob_chunk")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +53,7 @@ class MeshConfig:
     tensor: int = 1  # tensor parallel: heads / MLP width / vocab split, >= 1
 
     def __post_init__(self) -> None:
-        _positive(self, "data", "tensor")
+        at_least(self, 1, "data", "tensor")
         if self.fsdp < 0:
             raise ConfigError("must be >= 1, or 0 for the remaining devices", field="fsdp")
 
@@ -107,8 +94,8 @@ class OptimizerConfig:
     def __post_init__(self) -> None:
         if self.lr <= 0:
             raise ConfigError("must be > 0", field="lr", value=self.lr)
-        _nonneg(self, "warmup_steps", "weight_decay", "clip_norm")
-        _positive(self, "decay_steps")
+        at_least(self, 0, "warmup_steps", "weight_decay", "clip_norm")
+        at_least(self, 1, "decay_steps")
         for name in ("final_lr_ratio", "b1", "b2"):
             value = getattr(self, name)
             if not 0 <= value <= 1:
@@ -140,7 +127,7 @@ class UpdateConfig:
     reference: Literal["auto", "none", "init"] = "auto"
 
     def __post_init__(self) -> None:
-        _positive(self, "minibatches", "epochs", "grad_accum")
+        at_least(self, 1, "minibatches", "epochs", "grad_accum")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,8 +163,8 @@ class CheckpointConfig:
     staging_dir: str = ""  # s3:// only: local directory Orbax writes to first; "" = a temp dir
 
     def __post_init__(self) -> None:
-        _positive(self, "keep")
-        _nonneg(self, "every")
+        at_least(self, 1, "keep")
+        at_least(self, 0, "every")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,8 +203,8 @@ class TrainerConfig:
     compile_cache_dir: str = "~/.cache/rlx/jax-compile"  # JAX persistent cache; "" = off
 
     def __post_init__(self) -> None:
-        _nonneg(self, "keep_versions")
-        _positive(self, "keep_every")
+        at_least(self, 0, "keep_versions")
+        at_least(self, 1, "keep_every")
         if self.objective.has_kl and self.update.reference == "none":
             beta = self.objective.effective()["beta"]
             whose = "the override" if self.objective.beta is not None else "the preset's default"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from rlx_core.configs.checks import at_least
 from rlx_core.configs.server import ServerConfig
 from rlx_core.errors import ConfigError
 
@@ -64,9 +65,7 @@ class JudgeConfig:
     math_timeout_s: float = 5.0  # per answer, then the worker is killed and the verdict is WA
 
     def __post_init__(self) -> None:
-        for name in ("workers", "infra_retries", "cache_size", "math_workers"):
-            if getattr(self, name) < 0:
-                raise ConfigError("must be >= 0", field=name, value=getattr(self, name))
+        at_least(self, 0, "workers", "infra_retries", "cache_size", "math_workers")
         if self.sandbox_runner not in SANDBOX_RUNNERS:
             raise ConfigError(
                 "unknown sandbox runner",
@@ -78,9 +77,7 @@ class JudgeConfig:
             raise ConfigError(
                 "must be >= 1000", field="sandbox_uid_base", value=self.sandbox_uid_base
             )
-        for name in ("output_mb", "max_memory_mb", "max_tests"):
-            if getattr(self, name) < 1:
-                raise ConfigError("must be >= 1", field=name, value=getattr(self, name))
+        at_least(self, 1, "output_mb", "max_memory_mb", "max_tests")
         if not (math.isfinite(self.max_time_limit_s) and self.max_time_limit_s > 0):
             raise ConfigError(
                 "must be a finite number > 0", field="max_time_limit_s", value=self.max_time_limit_s
@@ -122,12 +119,10 @@ class RepositoryConfig:
     clean_interval_s: float = 300.0  # sweep expired outputs at most this often, s >= 0
 
     def __post_init__(self) -> None:
-        if self.cache_mb < 1:
-            raise ConfigError("must be >= 1", field="cache_mb", value=self.cache_mb)
+        at_least(self, 1, "cache_mb")
         if self.transient_ttl_s <= 0:
             raise ConfigError("must be > 0", field="transient_ttl_s", value=self.transient_ttl_s)
-        if self.clean_interval_s < 0:
-            raise ConfigError("must be >= 0", field="clean_interval_s", value=self.clean_interval_s)
+        at_least(self, 0, "clean_interval_s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,9 +136,7 @@ class LambdaConfig:
     timeout_s: float = 900.0  # read timeout of one invocation, s > 0 (Lambda's maximum is 900)
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "concurrency"):
-            if getattr(self, name) < 1:
-                raise ConfigError("must be >= 1", field=name, value=getattr(self, name))
+        at_least(self, 1, "batch_size", "concurrency")
         if self.timeout_s <= 0:
             raise ConfigError("must be > 0", field="timeout_s", value=self.timeout_s)
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from difflib import get_close_matches
 from typing import Any
 
+from rlx_core.configs.checks import suggest
 from rlx_core.configs.objective import COMMON_OVERRIDES, PRESET_DEFAULTS, presets_taking
 from rlx_core.errors import ConfigError
 from rlx_trainer.objective.components import (
@@ -301,9 +301,8 @@ def preset_overrides(name: str) -> dict[str, Any]:
 
 
 def _hint(word: str, choices: list[str]) -> str:
-    close = get_close_matches(word.lower(), choices, n=1, cutoff=0.6)
-    close += [c for c in choices if word and c.startswith(word.lower()) and c not in close]
-    return f"; did you mean {' or '.join(repr(c) for c in close[:3])}?" if close else ""
+    hint = suggest(word, choices)
+    return f"; {hint}" if hint else ""
 
 
 def _builder(name: str) -> Callable[..., RLObjective]:
