@@ -13,7 +13,8 @@ exceed `staleness.accept` (k).
 The services' settings are their own config classes, composed (rlx_core.configs): `[trainer]`
 (objective, optimizer, update, model, mesh, metrics: rlx_controller.run_sections), `[inference]`
 (engine, limits), `[verifier]` and `[paramserver]`; rlx_controller.service_configs writes each
-service's config from them.
+service's config from them. `[provision]` (a gcp-tpu run's nodes) is
+rlx_core.configs.provision's.
 """
 
 from __future__ import annotations

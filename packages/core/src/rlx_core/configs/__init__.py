@@ -11,5 +11,7 @@ field exists in one place and reaches the service that reads it:
 - `rlx_core.configs.inference`: InferenceConfig, EngineConfig, UnitLimits, ModelSource, ...;
 - `rlx_core.configs.verifier`: VerifierConfig, JudgeConfig, RepositoryConfig, LambdaConfig;
 - `rlx_core.configs.paramserver`: ParamServerConfig;
-- `rlx_core.configs.server`: ServerConfig, the `[server]` section of every service.
+- `rlx_core.configs.server`: ServerConfig, the `[server]` section of every service;
+- `rlx_core.configs.provision`: ProvisionConfig and PoolConfig, a gcp-tpu run's `[provision]`;
+- `rlx_core.configs.checks`: at_least ("must be >= N") and suggest ("did you mean"), used by all.
 """
