@@ -14,11 +14,12 @@ from rlx_cli.main import PACKAGES, app
 RLX = Path(sys.executable).parent / "rlx"
 
 
-def test_version_lists_all_eight_packages() -> None:
+def test_version_lists_all_nine_packages() -> None:
     result = CliRunner().invoke(app, ["version", "--json"])
     assert result.exit_code == 0, result.output
     packages = json.loads(result.output)["packages"]
-    assert list(packages) == list(PACKAGES) and len(packages) == 8
+    assert list(packages) == list(PACKAGES) and len(packages) == 9
+    assert "rlx-launch" in packages
     assert all(v == "0.1.0" for v in packages.values())
 
 
