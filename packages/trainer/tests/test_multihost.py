@@ -10,11 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +20,11 @@ from rlx_core.clients import LifecycleClient, TrainerClient
 from rlx_core.distributed import DistributedConfig
 from rlx_core.errors import ConfigError, InvalidArgument, Unavailable
 from rlx_model.distributed import initialize
+from rlx_testing import TOKEN, ChildProcesses, free_port
 from rlx_trainer.server import main
 
 HERE = Path(__file__).parent
 WORKER = HERE / "multihost_worker.py"
-TOKEN = "multihost-test-token-0123456789"
 WAIT_S = 240  # for all processes of a run; under a minute when nothing is wrong
 # Two steps of Adam move each weight by about lr = 1e-3; the two meshes agree to 1e-5 (f32).
 ATOL = 1e-5
@@ -54,60 +49,14 @@ def _env(devices: int, **extra: str) -> dict[str, str]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """`python ARGS`, stdout to `log`, stderr to `log`.err."""
-    with (
-        log.open("wb") as out,
-        log.with_suffix(".err").open("wb") as err,
-    ):  # the child keeps its own
-        return subprocess.Popen([sys.executable, *args], stdout=out, stderr=err, env=dict(env))
-
-
-def _output(log: Path) -> str:
-    err = log.with_suffix(".err")
-    return log.read_text(errors="replace")[-2000:] + err.read_text(errors="replace")[-6000:]
-
-
-def _kill(procs: dict[str, tuple[subprocess.Popen[bytes], Path]]) -> None:
-    for proc, _ in procs.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-
-
-def _finish(procs: dict[str, tuple[subprocess.Popen[bytes], Path]]) -> None:
-    """Wait for every process (bounded); on any failure kill the rest and show their output."""
-    failed = []
-    deadline = time.monotonic() + WAIT_S
-    for name, (proc, _) in procs.items():
-        try:
-            code = proc.wait(max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            code = None
-        if code != 0:
-            failed.append(name)
-    if failed:
-        _kill(procs)
-        shown = "\n".join(
-            f"--- {name} (exit {proc.returncode}):\n{_output(log)}"
-            for name, (proc, log) in procs.items()
-        )
-        pytest.fail(f"{', '.join(failed)} failed or timed out after {WAIT_S} s\n{shown}")
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
     """The worker's two steps in one process holding all 8 devices."""
     tmp = tmp_path_factory.mktemp("single")
     out = tmp / "single.npz"
-    proc = _start([str(WORKER), str(out)], _env(8), tmp / "single.log")
-    _finish({"single process": (proc, tmp / "single.log")})
+    with ChildProcesses(tmp, wait_s=WAIT_S) as children:
+        children.start("single", [str(WORKER), str(out)], _env(8))
+        children.wait()
     with np.load(out) as data:
         return dict(data)
 
@@ -118,17 +67,11 @@ def test_two_processes_train_like_one_process_with_all_8_devices(
     reference: dict[str, np.ndarray], tmp_path: Path
 ) -> None:
     out = tmp_path / "multi.npz"
-    coordinator = f"127.0.0.1:{_free_port()}"
-    procs = {
-        f"process {i}": (
-            _start(
-                [str(WORKER), str(out), coordinator, "2", str(i)], _env(4), tmp_path / f"p{i}.log"
-            ),
-            tmp_path / f"p{i}.log",
-        )
-        for i in range(2)
-    }
-    _finish(procs)
+    coordinator = f"127.0.0.1:{free_port()}"
+    with ChildProcesses(tmp_path, wait_s=WAIT_S) as children:
+        for i in range(2):
+            children.start(f"p{i}", [str(WORKER), str(out), coordinator, "2", str(i)], _env(4))
+        children.wait()
     with np.load(out) as data:
         got = dict(data)
     assert got.keys() == reference.keys()
@@ -149,17 +92,6 @@ def test_two_processes_train_like_one_process_with_all_8_devices(
         np.testing.assert_allclose(got[name], reference[name], atol=ATOL, rtol=0, err_msg=name)
     for name in (k for k in reference if k.startswith("metric/")):
         assert float(got[name]) == pytest.approx(float(reference[name]), rel=1e-5, abs=1e-7), name
-
-
-def _wait_for_address(proc: subprocess.Popen[bytes], log: Path) -> str:
-    """The first line the server prints is its address."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline and proc.poll() is None:
-        first = log.read_text(errors="replace").split("\n", 1)
-        if len(first) == 2:
-            return first[0].strip()
-        time.sleep(0.2)
-    raise AssertionError(f"no address from process 0:\n{_output(log)}")
 
 
 @pytest.mark.slow
@@ -183,72 +115,59 @@ beta = 0.0
 uri = "{tmp_path / "ckpt"}"
 """
     )
-    coordinator = f"127.0.0.1:{_free_port()}"
+    coordinator = f"127.0.0.1:{free_port()}"
     server = ["-m", "rlx_trainer", "--config", str(tmp_path / "trainer.toml")]
     env = _env(4, RLX_TOKEN=TOKEN)
     # process 0 gets flags; process 1 the environment variables a provider sets
     leader = [*server, "--port", "0", "--coordinator", coordinator, "--num-processes", "2"]
-    procs = {
-        "process 0": (_start(leader, env, tmp_path / "p0.log"), tmp_path / "p0.log"),
-        "process 1": (
-            _start(
-                server,
-                {
-                    **env,
-                    "RLX_COORDINATOR": coordinator,
-                    "RLX_NUM_PROCESSES": "2",
-                    "RLX_PROCESS_ID": "1",
-                },
-                tmp_path / "p1.log",
-            ),
-            tmp_path / "p1.log",
-        ),
-    }
-    try:
-        address = _wait_for_address(*procs["process 0"])
-        LifecycleClient(address, token=TOKEN).wait_ready(timeout=60)
-        with TrainerClient(address, token=TOKEN) as client:
-            init = client.init(builtin="tiny", seed=1)
-            assert init.step == 0
-            steps = [
-                client.train_step(rl_batch(0, b=8, g=2), expected_step=0),
-                client.train_step(rl_batch(1, b=8, g=2, version=1), expected_step=1),
-            ]
-            for step, result in enumerate(steps, 1):  # the worker's steps, through gRPC
-                assert result.step == step
-                for name in ("loss", "grad_norm", "entropy", "mismatch_max"):
-                    want = float(reference[f"metric/{step}/{name}"])
-                    assert result.metrics[name] == pytest.approx(want, rel=1e-5, abs=1e-7), name
-            # refused on both processes alike; both carry on with the next call
-            bad = dataclasses.replace(
-                rl_batch(2, b=8, g=2, version=2), tokens=np.full((8, 2, 24), 999, np.int32)
-            )
-            with pytest.raises(InvalidArgument, match=r"^tokens: id 999"):
-                client.train_step(bad)
-            status = client.status()
-            assert status.step == 2 and status.mesh_shape == (1, 4, 2)
-            # an Orbax checkpoint written by both processes, restored by both: the replayed
-            # step gives the same result bit for bit
-            assert client.save_checkpoint() == (2, str(tmp_path / "ckpt"))
-            third = client.train_step(rl_batch(2, b=8, g=2, version=2), expected_step=2)
-            assert client.restore(2) == (2, 2)
-            again = client.train_step(rl_batch(2, b=8, g=2, version=2), expected_step=2)
-            assert again.metrics["loss"] == third.metrics["loss"]
-            assert again.metrics["grad_norm"] == third.metrics["grad_norm"]
-            assert client.status().checkpoint_steps == (2,)
-            # what only process 0 knows (it is draining) refuses the step on both processes
-            lifecycle = LifecycleClient(address, token=TOKEN)
-            lifecycle.drain("test")
-            with pytest.raises(Unavailable, match="DRAINING"):
-                client.train_step(rl_batch(3, b=8, g=2, version=3))
-            assert client.status().step == 3
-        lifecycle.shutdown("test over", grace_s=0.1)
-    except BaseException:
-        print({name: _output(log) for name, (_, log) in procs.items()})
-        _kill(procs)
-        raise
-    _finish(procs)  # both exit 0: process 1 returns when process 0 stops
-    follower = (tmp_path / "p1.err").read_text(errors="replace")
+    provider = {"RLX_COORDINATOR": coordinator, "RLX_NUM_PROCESSES": "2", "RLX_PROCESS_ID": "1"}
+    with ChildProcesses(tmp_path, wait_s=WAIT_S) as children:
+        children.start("p0", leader, env)
+        children.start("p1", server, env | provider)
+        try:
+            address = children.address("p0")
+            LifecycleClient(address, token=TOKEN).wait_ready(timeout=60)
+            with TrainerClient(address, token=TOKEN) as client:
+                init = client.init(builtin="tiny", seed=1)
+                assert init.step == 0
+                steps = [
+                    client.train_step(rl_batch(0, b=8, g=2), expected_step=0),
+                    client.train_step(rl_batch(1, b=8, g=2, version=1), expected_step=1),
+                ]
+                for step, result in enumerate(steps, 1):  # the worker's steps, through gRPC
+                    assert result.step == step
+                    for name in ("loss", "grad_norm", "entropy", "mismatch_max"):
+                        want = float(reference[f"metric/{step}/{name}"])
+                        assert result.metrics[name] == pytest.approx(want, rel=1e-5, abs=1e-7), name
+                # refused on both processes alike; both carry on with the next call
+                bad = dataclasses.replace(
+                    rl_batch(2, b=8, g=2, version=2), tokens=np.full((8, 2, 24), 999, np.int32)
+                )
+                with pytest.raises(InvalidArgument, match=r"^tokens: id 999"):
+                    client.train_step(bad)
+                status = client.status()
+                assert status.step == 2 and status.mesh_shape == (1, 4, 2)
+                # an Orbax checkpoint written by both processes, restored by both: the replayed
+                # step gives the same result bit for bit
+                assert client.save_checkpoint() == (2, str(tmp_path / "ckpt"))
+                third = client.train_step(rl_batch(2, b=8, g=2, version=2), expected_step=2)
+                assert client.restore(2) == (2, 2)
+                again = client.train_step(rl_batch(2, b=8, g=2, version=2), expected_step=2)
+                assert again.metrics["loss"] == third.metrics["loss"]
+                assert again.metrics["grad_norm"] == third.metrics["grad_norm"]
+                assert client.status().checkpoint_steps == (2,)
+                # what only process 0 knows (it is draining) refuses the step on both processes
+                lifecycle = LifecycleClient(address, token=TOKEN)
+                lifecycle.drain("test")
+                with pytest.raises(Unavailable, match="DRAINING"):
+                    client.train_step(rl_batch(3, b=8, g=2, version=3))
+                assert client.status().step == 3
+            lifecycle.shutdown("test over", grace_s=0.1)
+        except BaseException:
+            print(children.output())
+            raise
+        children.wait()  # both exit 0: process 1 returns when process 0 stops
+    follower = children.stderr("p1")
     assert "(train_step) failed here as on process 0: tokens: id 999" in follower
     assert "(train_step) failed here as on process 0: the trainer is DRAINING" in follower
     assert "stopped the lockstep" in follower

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,30 +15,17 @@ from trainer_helpers import config, rl_batch, sft_batch
 
 from rlx_core.clients import LifecycleClient, ParamServerClient, TrainerClient
 from rlx_core.errors import FailedPrecondition, InvalidArgument, Unavailable
-from rlx_testing import serve_in_thread
+from rlx_testing import TOKEN, ServiceProcess, console_script, serve_in_thread
 from rlx_trainer import TrainerService
 from rlx_trainer.servicer import registrations
-
-TOKEN = "trainer-test-token-0123456789"
-BIN = Path(sys.executable).parent / "rlx-paramserver"
 
 
 @pytest.fixture
 def paramserver(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("RLX_TOKEN", TOKEN)
-    proc = subprocess.Popen(
-        [str(BIN), "--port", "0", "--max-versions", "3"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "RLX_TOKEN": TOKEN},
-    )
-    assert proc.stdout is not None
-    address = proc.stdout.readline().strip()
-    LifecycleClient(address, token=TOKEN).wait_ready(timeout=60)
-    yield address
-    proc.terminate()
-    proc.wait(30)
+    argv = [console_script("rlx-paramserver"), "--port", "0", "--max-versions", "3"]
+    with ServiceProcess(argv, env={**os.environ, "RLX_TOKEN": TOKEN}) as server:
+        yield server.address
 
 
 def test_service_pushes_every_version_and_refuses_bad_batches(
