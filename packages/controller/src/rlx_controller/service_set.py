@@ -1,7 +1,7 @@
 """The services of a run, as the loop sees them: a small protocol a launcher implements.
 
-The loop never starts processes or talks to a cloud API itself. A launcher (`rlx_launch`: local
-processes on this machine, or GCP TPU / Compute nodes) hands it an object with this shape:
+The loop never starts processes or talks to a cloud API itself. A launcher (the rlx-launch package:
+local processes on this machine, or GCP TPU / Compute nodes) hands it an object with this shape:
 
     services = open_services(cfg, paths, log=..., on_preempted=..., cancel=...)
     services.start(on_wait)         # every service up and answering
@@ -66,7 +66,7 @@ class ServiceSet(Protocol):
 
 
 class OpenServices(Protocol):
-    """A launcher: the service set of a run, not started yet (`rlx_launch.open_services`)."""
+    """A launcher: the service set of a run, not started yet (rlx-launch's `open_services`)."""
 
     def __call__(
         self,
