@@ -274,3 +274,23 @@ def test_a_controller_without_a_run(tmp_path: Path) -> None:
         service.status()
     with pytest.raises(FailedPrecondition, match="drives no run"):
         service.snapshot(10)
+
+
+def test_read_controller_only_names_a_running_controller(tmp_path: Path) -> None:
+    import subprocess
+
+    from rlx_controller.processes import start_time
+
+    me = {"address": "127.0.0.1:1", "pid": os.getpid(), "token_file": str(tmp_path / "t")}
+    path = tmp_path / CONTROLLER_SERVICE
+    path.write_text(json.dumps({**me, "start_time": start_time(os.getpid())}))
+    assert read_controller(tmp_path) == {**me, "start_time": start_time(os.getpid())}
+    path.write_text(json.dumps({**me, "start_time": 1}))  # the pid reused by another process
+    assert read_controller(tmp_path) is None
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    path.write_text(json.dumps({**me, "pid": dead.pid, "start_time": 1}))  # a killed controller
+    assert read_controller(tmp_path) is None
+    for torn in ('{"address": "127.0.0.1:1", "pid"', "[]", json.dumps({**me, "pid": "1"})):
+        path.write_text(torn)
+        assert read_controller(tmp_path) is None

@@ -137,8 +137,9 @@ def serve_run(
 
 
 def read_controller(work_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The controller.json of a work directory, or None when there is none or it is not one
-    this module wrote (a torn or foreign file reads as none: the run directory is used)."""
+    """The controller.json of a work directory while the process it names (pid and start time)
+    runs; None when there is none, its process is gone (a SIGKILLed controller leaves the file),
+    or it is not one this module wrote (a torn or foreign file): the run directory is used."""
     try:
         data = json.loads((Path(work_dir) / CONTROLLER_SERVICE).read_text())
     except (OSError, ValueError):
@@ -149,6 +150,8 @@ def read_controller(work_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
         return None
     pid = data.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
+    if start_time(pid) != data.get("start_time"):
         return None
     return data
 
