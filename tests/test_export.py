@@ -23,16 +23,16 @@ from typer.testing import CliRunner
 
 from rlx_cli.main import app
 from rlx_controller.run_config import loads_run_config
-from rlx_core.clients import LifecycleClient, TrainBatch
+from rlx_core.clients import TrainBatch
 from rlx_core.config import from_dict, to_toml
 from rlx_core.storage import open_storage
 from rlx_launch.local import ServiceHandle, service_command, write_services
+from rlx_testing import ServiceProcess, tree, write_token_file
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN2 = ROOT / "packages/model/tests/testdata/qwen2"
 RLX = [sys.executable, "-c", "from rlx_cli.main import app; app()"]
 STEPS = 3
-TOKEN = "export-test-token-0123456789abcdef"
 TOKENIZER = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
@@ -90,21 +90,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     (base / "chat_template.jinja").write_text(TEMPLATE)
     run_dir = root / "run"
     run_dir.mkdir()
-    token = run_dir / "token"
-    token.write_text(TOKEN)
-    token.chmod(0o600)
+    token = write_token_file(run_dir / "token")
     (run_dir / "config.toml").write_bytes(_config_toml(str(run_dir), base))
 
     cmd = service_command(sys.executable, "paramserver", 0, str(token), ("--max-versions", "8"))
-    ps = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert ps.stdout is not None
-    address = ps.stdout.readline().strip()
-    LifecycleClient(address, token=TOKEN).wait_ready(timeout=60)
+    ps = ServiceProcess(cmd)
+    address = ps.address
     handle = ServiceHandle(
         name="paramserver-0",
         kind="paramserver",
         address=address,
-        pid=ps.pid,
+        pid=ps.proc.pid,
         log=str(run_dir / "paramserver-0.log"),
         port=int(address.rsplit(":", 1)[1]),
     )
@@ -120,8 +116,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         yield Run(run_dir, base, service)
     finally:
         service.close()
-        ps.terminate()
-        ps.wait(30)
+        ps.stop()
 
 
 def rlx(*args: str) -> subprocess.CompletedProcess[str]:
@@ -321,14 +316,6 @@ def test_s3_run_exports_the_same_bytes(run: Run, tmp_path: Path, new_root: objec
     assert sorted(p.name for p in tmp_path.iterdir()) == ["from-s3", "local"]
 
 
-def _tree(root: Path) -> dict[str, bytes | None]:
-    """Every path under `root` with its bytes (None for a directory)."""
-    return {
-        str(p.relative_to(root)): None if p.is_dir() else p.read_bytes()
-        for p in sorted(root.rglob("*"))
-    }
-
-
 @pytest.mark.slow
 @pytest.mark.integration
 def test_an_out_that_is_holds_or_sits_in_a_run_is_refused(run: Run, tmp_path: Path) -> None:
@@ -336,12 +323,12 @@ def test_an_out_that_is_holds_or_sits_in_a_run_is_refused(run: Run, tmp_path: Pa
     without --force before anything is written; the run keeps every file, byte for byte."""
     copy = tmp_path / "runs" / "r1"
     shutil.copytree(run.dir, copy)
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     for out in (copy, copy / "checkpoints", copy / "checkpoints" / "new", copy.parent, tmp_path):
         for force in (["--force"], []):
             line = _fails(["export", str(copy), "--out", str(out), *force], "rlx: InvalidArgument:")
             assert line.startswith(f"rlx: InvalidArgument: --out {out}: "), line
-            assert _tree(tmp_path) == before, (out, force)
+            assert tree(tmp_path) == before, (out, force)
     # the copy is a run that exports: the refusals were about --out alone
     rlx("export", str(copy), "--out", str(tmp_path / "exported"))
     assert (tmp_path / "exported" / "model.safetensors").is_file()

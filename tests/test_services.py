@@ -16,9 +16,9 @@ import pytest
 from rlx_core.clients import LifecycleClient
 from rlx_core.errors import Unauthenticated
 from rlx_core.lifecycle import State
+from rlx_testing import TOKEN, WRONG_TOKEN, ServiceProcess, serve_in_thread
 
 SERVICES = ["paramserver", "inference", "trainer", "verifier", "controller"]
-TOKEN = "services-test-token-0123456789"
 BIN = Path(sys.executable).parent
 
 
@@ -27,35 +27,23 @@ def env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "RLX_TOKEN": TOKEN, "RLX_HOME": str(tmp_path)}
 
 
-class Proc:
-    def __init__(self, name: str, env: dict[str, str], *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [str(BIN / f"rlx-{name}"), "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert self.proc.stdout is not None
-        self.address = self.proc.stdout.readline().strip()
-
-    def finish(self, timeout: float = 30) -> tuple[int, str]:
-        _, err = self.proc.communicate(timeout=timeout)
-        return self.proc.returncode, err
+def start(name: str, env: dict[str, str], *args: str) -> ServiceProcess:
+    """`rlx-NAME --port 0 ARGS`, once it has printed its address (its readiness is the tests')."""
+    return ServiceProcess([str(BIN / f"rlx-{name}"), "--port", "0", *args], env=env, token=None)
 
 
 @pytest.fixture
-def started(request: pytest.FixtureRequest, env: dict[str, str]) -> Iterator[Proc]:
-    proc = Proc(request.param, env)
+def started(request: pytest.FixtureRequest, env: dict[str, str]) -> Iterator[ServiceProcess]:
+    proc = start(request.param, env)
     yield proc
     if proc.proc.poll() is None:
         proc.proc.kill()
-        proc.proc.wait()
+    proc.stop()
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("started", SERVICES, indirect=True)
-def test_service_serves_lifecycle_and_stops_on_sigterm(started: Proc, request) -> None:
+def test_service_serves_lifecycle_and_stops_on_sigterm(started: ServiceProcess, request) -> None:
     name = request.node.callspec.params["started"]
     host, port = started.address.rsplit(":", 1)
     assert host == "127.0.0.1" and int(port) > 0, started.address
@@ -63,7 +51,7 @@ def test_service_serves_lifecycle_and_stops_on_sigterm(started: Proc, request) -
         status = client.wait_ready(timeout=30)
         assert status.service == name and status.state is State.READY
         assert status.pid == started.proc.pid and status.version == "0.1.0"
-    with LifecycleClient(started.address, token="not-the-token-0123456789") as bad:
+    with LifecycleClient(started.address, token=WRONG_TOKEN) as bad:
         with pytest.raises(Unauthenticated):
             bad.status(timeout=5)
     started.proc.send_signal(signal.SIGTERM)
@@ -74,7 +62,7 @@ def test_service_serves_lifecycle_and_stops_on_sigterm(started: Proc, request) -
 
 @pytest.mark.integration
 @pytest.mark.parametrize("started", ["paramserver"], indirect=True)
-def test_sigint_also_stops_cleanly(started: Proc) -> None:
+def test_sigint_also_stops_cleanly(started: ServiceProcess) -> None:
     LifecycleClient(started.address, token=TOKEN).wait_ready(timeout=30)
     started.proc.send_signal(signal.SIGINT)
     code, err = started.finish()
@@ -83,7 +71,7 @@ def test_sigint_also_stops_cleanly(started: Proc) -> None:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("started", ["verifier"], indirect=True)
-def test_shutdown_rpc_drains_and_exits(started: Proc) -> None:
+def test_shutdown_rpc_drains_and_exits(started: ServiceProcess) -> None:
     with LifecycleClient(started.address, token=TOKEN) as client:
         client.wait_ready(timeout=30)
         status = client.shutdown("test says stop", grace_s=0.5)
@@ -96,7 +84,7 @@ def test_shutdown_rpc_drains_and_exits(started: Proc) -> None:
 def test_config_file_and_overrides(tmp_path: Path, env: dict[str, str]) -> None:
     config = tmp_path / "trainer.toml"
     config.write_text('[server]\nhost = "127.0.0.1"\ngrace_s = 0.25\n')
-    proc = Proc("trainer", env, "--config", str(config), "--set", "server.max_workers=2")
+    proc = start("trainer", env, "--config", str(config), "--set", "server.max_workers=2")
     try:
         assert proc.address.startswith("127.0.0.1:")
         LifecycleClient(proc.address, token=TOKEN).wait_ready(timeout=30)
@@ -137,10 +125,8 @@ def test_service_object_serves_in_process(name: str, monkeypatch: pytest.MonkeyP
     """The same service without a subprocess: config from a dict, the Service object, and the
     serving loop in a thread; Shutdown over gRPC ends it with exit code 0."""
     import importlib
-    import threading
 
     from rlx_core.config import from_dict
-    from rlx_core.serving import run_service
 
     monkeypatch.setenv("RLX_TOKEN", TOKEN)
     package = importlib.import_module(f"rlx_{name}")
@@ -149,23 +135,9 @@ def test_service_object_serves_in_process(name: str, monkeypatch: pytest.MonkeyP
     config = from_dict(config_cls, {"server": {"port": 0, "grace_s": 0.1}})
     service = service_cls(config)
     assert service.lifecycle.state is State.PENDING and service.lifecycle.service == name
-    ready = threading.Event()
-    addresses: list[str] = []
-    codes: list[int] = []
-
-    def on_ready(address: str) -> None:
-        addresses.append(address)
-        ready.set()
-
-    thread = threading.Thread(
-        target=lambda: codes.append(
-            run_service(service.lifecycle, config.server, on_ready=on_ready, install_signals=False)
-        )
-    )
-    thread.start()
-    assert ready.wait(30)
-    with LifecycleClient(addresses[0], token=TOKEN) as client:
+    address, thread = serve_in_thread(service.lifecycle, config.server)
+    with LifecycleClient(address, token=TOKEN) as client:
         assert client.status().state is State.READY
         client.shutdown("done", grace_s=0.1)
     thread.join(30)
-    assert codes == [0] and service.lifecycle.state is State.STOPPED
+    assert thread.code == 0 and service.lifecycle.state is State.STOPPED

@@ -13,6 +13,7 @@ from rlx_testing.outage import OutageProxy
 from rlx_testing.processes import (
     ChildProcesses,
     ServiceProcess,
+    ServiceThread,
     console_script,
     free_port,
     serve_in_thread,
@@ -24,6 +25,7 @@ __all__ = [
     "ChildProcesses",
     "OutageProxy",
     "ServiceProcess",
+    "ServiceThread",
     "__version__",
     "console_script",
     "free_port",

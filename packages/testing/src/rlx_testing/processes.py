@@ -2,7 +2,8 @@
 
 - `free_port()`: a port nothing listens on;
 - `serve_in_thread(lifecycle, server_config, register)`: a service in this process (a daemon
-  thread, no signal handlers), returning its address once it listens, and the thread;
+  `ServiceThread`, no signal handlers), returning its address once it listens, and the thread
+  (its `code` is run_service's exit code once it has stopped);
 - `ServiceProcess(argv)`: a service's console script as a child process, its address read from
   the first line it prints, waited for until its Lifecycle reports READY;
 - `ChildProcesses(directory)`: Python child processes whose output goes to files there, waited
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from rlx_testing.auth import TOKEN
 __all__ = [
     "ChildProcesses",
     "ServiceProcess",
+    "ServiceThread",
     "console_script",
     "free_port",
     "serve_in_thread",
@@ -44,15 +46,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class ServiceThread(threading.Thread):
+    """`run_service` in a daemon thread without signal handlers; `code` is the exit code it
+    returned, None while it serves."""
+
+    def __init__(
+        self,
+        lifecycle: Lifecycle,
+        config: ServerConfig,
+        register: Sequence[Register],
+        on_ready: Callable[[str], None],
+    ) -> None:
+        super().__init__(daemon=True, name=f"serve-{lifecycle.service}")
+        self.code: int | None = None
+        self._args = (lifecycle, config, register, on_ready)
+
+    def run(self) -> None:
+        lifecycle, config, register, on_ready = self._args
+        self.code = run_service(
+            lifecycle, config, register, on_ready=on_ready, install_signals=False
+        )
+
+
 def serve_in_thread(
     lifecycle: Lifecycle,
     config: ServerConfig,
     register: Sequence[Register] = (),
     *,
     timeout_s: float = 30.0,
-) -> tuple[str, threading.Thread]:
-    """`run_service` in a daemon thread without signal handlers; (address, thread) once the
-    server listens. Stop it with a Shutdown call or `lifecycle.request_shutdown`."""
+) -> tuple[str, ServiceThread]:
+    """A `ServiceThread` started; (address, thread) once the server listens. Stop it with a
+    Shutdown call or `lifecycle.request_shutdown`."""
     ready = threading.Event()
     found: list[str] = []
 
@@ -60,12 +84,7 @@ def serve_in_thread(
         found.append(address)
         ready.set()
 
-    thread = threading.Thread(
-        target=run_service,
-        args=(lifecycle, config, register),
-        kwargs={"on_ready": on_ready, "install_signals": False},
-        daemon=True,
-    )
+    thread = ServiceThread(lifecycle, config, register, on_ready)
     thread.start()
     assert ready.wait(timeout_s), f"{lifecycle.service} did not start within {timeout_s:g} s"
     return found[0], thread
