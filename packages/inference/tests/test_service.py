@@ -14,6 +14,7 @@ import pytest
 from rlx_core.clients import InferenceClient, Sampling, WorkUnit
 from rlx_core.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, Unauthenticated
 from rlx_model import init_params, tiny_config
+from rlx_testing import WRONG_TOKEN
 
 from .conftest import flat
 
@@ -99,7 +100,7 @@ def test_grpc_generate_load_status_auth_and_field_errors(servers) -> None:
         with pytest.raises(FailedPrecondition, match="version 2 is loaded"):
             client.generate(work(1))
     with (
-        InferenceClient(worker.address, token="wrong-token-0123456789") as bad,
+        InferenceClient(worker.address, token=WRONG_TOKEN) as bad,
         pytest.raises(Unauthenticated),
     ):
         bad.status()
