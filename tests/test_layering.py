@@ -24,6 +24,7 @@ NO_JAX = [
     "rlx_core",
     "rlx_paramserver",
     "rlx_verifier",
+    "rlx_data",
     "rlx_controller",
     "rlx_launch",
     "rlx_testing",
