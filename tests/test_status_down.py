@@ -1,5 +1,7 @@
 """`rlx status` and `rlx down` from another terminal against a live `rlx up` run of real service
-processes: what status reports, and that down leaves a SIGTERM snapshot and no process behind."""
+processes: what status reports (the run directory's view merged with the controller service's
+answer), that down stops the run through the service and leaves a SIGTERM snapshot and no process
+behind, and that status falls back to the run directory once the controller is gone."""
 
 from __future__ import annotations
 
@@ -61,7 +63,21 @@ def test_status_then_down_of_a_live_run(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         status = json.loads(result.stdout)
         controller_pid = int((run / "controller.pid").read_text())
-        assert status["controller"] == {"pid": controller_pid, "alive": True}
+        served = json.loads((run / "controller.json").read_text())
+        assert served["pid"] == controller_pid
+        assert status["controller"] == {
+            "pid": controller_pid,
+            "alive": True,
+            "address": served["address"],
+        }
+        # the controller service's answer: the loop's own view of the run
+        live = status["live"]
+        assert live["pid"] == controller_pid and live["run_dir"] == str(run)
+        assert live["steps"] == STEPS and live["step"] >= 2
+        assert live["phase"] in ("training", "evaluating")
+        assert set(live["loaded"]) == {"inference-0"}
+        assert set(live["components"]) >= {"trainer", "inference-0"}
+        assert live["eta_s"] > 0 and len(live["run_id"]) == 12
         services = status["services"]
         assert set(services) == {"paramserver-0", "trainer", "inference-0", "verifier-0"}
         assert all(s["alive"] for s in services.values()), services
@@ -81,6 +97,8 @@ def test_status_then_down_of_a_live_run(tmp_path: Path) -> None:
         result = _rlx("down", str(run))
         assert result.returncode == 0, result.stdout + result.stderr
         assert "is down" in result.stdout
+        assert f"through its service at {served['address']}" in result.stderr
+        assert "snapshot at step" in result.stderr
         out, _ = up.communicate(timeout=60)
         text = out.decode(errors="replace")
         assert "stopped at step" in text, text
@@ -101,7 +119,11 @@ def test_status_then_down_of_a_live_run(tmp_path: Path) -> None:
     again = _rlx("down", str(run))
     assert again.returncode == 0 and "already down" in again.stdout
     after = json.loads(_rlx("status", str(run), "--json").stdout)
-    assert after["controller"]["alive"] is False
+    assert after["controller"] == {"pid": None, "alive": False, "address": None}
+    assert after["live"] is None  # no service: the run directory's view alone
+    assert not (run / "controller.json").exists()
+    assert not list(run.glob("controller-*.token"))
+    assert after["step"] == snap.step
     assert not any(s["alive"] for s in after["services"].values())
     assert after["last_snapshot"]["reason"] == "sigterm"
     assert all(w["loaded_version"] is None for w in after["workers"].values())
