@@ -16,6 +16,7 @@ import pytest
 from rlx_controller.demo import base_model_dir
 from rlx_controller.driver import Driver
 from rlx_controller.run_config import loads_run_config
+from rlx_controller.scoring import score_responses
 from rlx_core.clients.inference import GenerateResult, Rollout
 from rlx_core.clients.verifier import VerifySample
 from rlx_core.rollout import RolloutUnit
@@ -100,9 +101,8 @@ def _score(
         sent.extend(samples)
         return service.verify(samples)
 
-    d._verify = verify  # type: ignore[method-assign]
     prompt = d.datasets[dataset].prompt(0)
-    return d._verify_rollouts("u", [prompt], responses, 0), sent
+    return score_responses("u", [prompt], responses, lambda s: verify(s, 0), lambda _m: None), sent
 
 
 @pytest.mark.integration

@@ -34,7 +34,7 @@ def _driver(
     if sets:
         cfg = loads_run_config(to_toml(cfg, comments=False), overrides=list(sets))
     model = sim.LatencyModel().scaled(0.002)
-    return sim.SimDriver(cfg, run_dir, model=model, timings=None, log=log)
+    return sim.sim_driver(cfg, run_dir, model=model, timings=None, log=log)
 
 
 def test_every_reload_boundary_gets_its_snapshot_in_order(sim: ModuleType, tmp_path: Path) -> None:

@@ -57,11 +57,11 @@ def test_the_readme_gsm8k_example_runs_the_real_path(tmp_path: Path) -> None:
         f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{first['question']}"
         "<|im_end|>\n<|im_start|>assistant\n"
     )
-    ids = driver.prompt_ids.ids("gsm8k", 0)
+    ids = driver.prompt_tokens.ids("gsm8k", 0)
     assert list(ids) == driver.tokenizer.encode(rendered, add_special_tokens=False)
     # the questions longer than max_prompt_tokens are left out of the mixture, and said so
-    fitting = driver.prompt_ids.fitting("gsm8k")
-    long_rows = [r for r in range(300) if len(driver.prompt_ids.ids("gsm8k", r)) > 256]
+    fitting = driver.prompt_tokens.fitting("gsm8k")
+    long_rows = [r for r in range(300) if len(driver.prompt_tokens.ids("gsm8k", r)) > 256]
     assert long_rows and set(fitting) == set(range(300)) - set(long_rows)
     assert f"gsm8k: {len(long_rows)} of 300 prompts are longer" in "\n".join(lines)
     assert driver.tokenizer.stop_ids == (511,)

@@ -245,8 +245,7 @@ def eval_command(
     on each eval dataset, through the same services as training."""
     from rich.console import Console
 
-    from rlx_controller.driver import Driver
-    from rlx_controller.evaluation import heldout_accuracy, summarize
+    from rlx_controller.evaluation import evaluate_model, heldout_accuracy, summarize
     from rlx_launch import open_services
 
     _check_options(run, step, model)
@@ -268,9 +267,8 @@ def eval_command(
             path = model.resolve() if model is not None else Path(cfg.model.path)
             source = str(path)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(path)))
-        driver = Driver(cfg, work, open_services=open_services, log=_say)
         t0 = time.monotonic()
-        records = driver.evaluate_model(samples=k)
+        records = evaluate_model(cfg, work, open_services=open_services, samples=k, log=_say)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

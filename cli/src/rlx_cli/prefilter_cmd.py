@@ -45,7 +45,7 @@ def prefilter(
     `prefilter.file = "<out>"`, `prefilter.min_pass_rate`, `prefilter.max_pass_rate`.
     """
     from rlx_cli.up_cmd import EXAMPLES, _load_config, _paths
-    from rlx_controller.driver import Driver
+    from rlx_controller.prefilter import prefilter as write_pass_rates
     from rlx_launch import open_services
 
     if example is not None and (example not in EXAMPLES or config is not None):
@@ -60,14 +60,16 @@ def prefilter(
     cfg = _load_config(config, _paths(run_dir, None), overrides, example or "addition")
     # the pre-filter being computed must not filter the datasets it reads
     cfg = dataclasses.replace(cfg, prefilter=dataclasses.replace(cfg.prefilter, file=""))
-    driver = Driver(
+    t0 = time.monotonic()
+    result = write_pass_rates(
         cfg,
         run_dir,
+        out,
         open_services=open_services,
+        samples=samples,
+        limit=limit,
         log=lambda m: print(one_line(m), file=sys.stderr, flush=True),
     )
-    t0 = time.monotonic()
-    result = driver.prefilter(out, samples=samples, limit=limit)
     lo, hi = cfg.prefilter.min_pass_rate, cfg.prefilter.max_pass_rate
     mean = result["mean_pass_rate"]
     typer.echo(

@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from common import uptime  # noqa: E402  (tools/ is not a package)
-from timing import Timed, Timings, timed_method  # noqa: E402  (tools/ is not a package)
+from timing import Timed, Timings  # noqa: E402  (tools/ is not a package)
 
 from rlx_controller.demo import (  # noqa: E402
     DEMO_TASK,
@@ -74,7 +74,7 @@ TRAINER_PARTS: list[tuple[str, Any]] = [  # from the trainer's own step metrics
     ("  push to the paramserver", lambda t: t["push_s"]),
     ("  rest (host copy, commit)", lambda t: t["step_time_s"] - t["compute_s"] - t["push_s"]),
 ]
-BACKGROUND = [  # a unit runs in two stages (Driver._submit)
+BACKGROUND = [  # a unit runs in two stages (rlx_controller.pipeline)
     "gen stage",
     "  worker load_version RPC",
     "  worker generate RPC",
@@ -134,35 +134,37 @@ class TimedServices:
         self.inner.stop()
 
 
-class BenchDriver(Driver):
-    """The real Driver, its calls timed; held-out evaluation off (not part of a step)."""
+def bench_driver(
+    cfg: RunConfig,
+    run_dir: Path,
+    *,
+    timings: Timings,
+    cpu_marks_at: int,
+    log: Any,
+) -> tuple[Driver, dict[int, tuple[float, dict[str, float]]]]:
+    """The real Driver on the real local services, its calls and stages timed, held-out
+    evaluation off (not part of a step); and the CPU of every process of the run at the steady
+    window's ends (steps `cpu_marks_at` and steps - 1: the step's trainer call and checkpoint
+    are done; the final step's checkpoint is left out), filled as the run goes."""
+    opened: list[TimedServices] = []
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, *, timings: Timings, **kw: Any) -> None:
-        def timed_services(cfg: RunConfig, paths: RunPaths, **kw: Any) -> TimedServices:
-            return TimedServices(open_services(cfg, paths, **kw), timings)
+    def timed_services(cfg: RunConfig, paths: RunPaths, **kw: Any) -> TimedServices:
+        opened.append(TimedServices(open_services(cfg, paths, **kw), timings))
+        return opened[-1]
 
-        super().__init__(cfg, run_dir, open_services=timed_services, **kw)
-        self.timings = timings
-        self.eval_sets = []
-        self.cpu_marks_at = 0
-        self.cpu_marks: dict[int, tuple[float, dict[str, float]]] = {}
-        self.rollouts.append = timings.wrap("  rollout log append", self.rollouts.append)  # type: ignore[method-assign]
+    driver = Driver(cfg, run_dir, open_services=timed_services, stage=timings.stage, log=log)
+    driver.eval_sets = []
+    driver.rollouts.append = timings.wrap("  rollout log append", driver.rollouts.append)  # type: ignore[method-assign]
+    cpu_marks: dict[int, tuple[float, dict[str, float]]] = {}
 
-    build_batch = timed_method("build_batch")(Driver.build_batch)
-    _snapshot = timed_method("snapshot")(Driver._snapshot)
-    _generate_unit = timed_method("gen stage")(Driver._generate_unit)
-    _score_and_log = timed_method("score+log stage")(Driver._score_and_log)
-
-    @timed_method("metrics line")
-    def _metrics_line(self, record: dict[str, Any]) -> None:
-        super()._metrics_line(record)
-        # CPU of every process of the run at the steady window's ends (the step's trainer call
-        # and checkpoint are done; the final step's checkpoint is left out)
-        if record.get("step") in (self.cpu_marks_at, self.cfg.steps - 1):
-            assert isinstance(self.services, TimedServices)
-            handles = self.services.inner.provider.handles  # type: ignore[attr-defined]
+    def mark(record: dict[str, Any]) -> None:
+        if record.get("step") in (cpu_marks_at, cfg.steps - 1):
+            handles = opened[-1].inner.provider.handles  # type: ignore[attr-defined]
             pids = {n: h.pid for n, h in handles.items()}
-            self.cpu_marks[record["step"]] = (time.monotonic(), service_cpu(pids))
+            cpu_marks[record["step"]] = (time.monotonic(), service_cpu(pids))
+
+    driver.add_metrics_listener(mark)
+    return driver, cpu_marks
 
 
 def run_floor(steps: int, skip: int) -> dict[str, Any]:
@@ -228,8 +230,7 @@ def run_rlx(label: str, overrides: list[str], steps: int, skip: int) -> dict[str
         def log(msg: str) -> None:
             print(f"  [{label}] {msg}", flush=True)
 
-        driver = BenchDriver(cfg, run_dir, timings=timings, log=log)
-        driver.cpu_marks_at = skip
+        driver, cpu_marks = bench_driver(cfg, run_dir, timings=timings, cpu_marks_at=skip, log=log)
         t0 = time.monotonic()
         summary = driver.run(resume=False)
         wall = time.monotonic() - t0
@@ -259,7 +260,7 @@ def run_rlx(label: str, overrides: list[str], steps: int, skip: int) -> dict[str
         secs = sum(parts.get((c, m), (0.0, 0))[0] for m in (True, False))
         calls = sum(parts.get((c, m), (0.0, 0))[1] for m in (True, False))
         bg[c] = (secs, calls)
-    (t_a, cpu_a), (t_b, cpu_b) = driver.cpu_marks[skip], driver.cpu_marks[steps - 1]
+    (t_a, cpu_a), (t_b, cpu_b) = cpu_marks[skip], cpu_marks[steps - 1]
     cpu_steps = steps - 1 - skip
     cpu = {k: (cpu_b[k] - cpu_a.get(k, 0.0)) / cpu_steps for k in cpu_b}
     return {

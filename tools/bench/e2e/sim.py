@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import json
 import os
 import pstats
@@ -53,8 +54,9 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from common import uptime  # noqa: E402  (tools/ is not a package)
-from timing import Timed, Timings, timed_method  # noqa: E402  (tools/ is not a package)
+from timing import Timed, Timings  # noqa: E402  (tools/ is not a package)
 
+from rlx_controller.batching import build_batch  # noqa: E402
 from rlx_controller.demo import (  # noqa: E402
     DEMO_TASK,
     base_model_dir,
@@ -62,6 +64,7 @@ from rlx_controller.demo import (  # noqa: E402
     write_addition_jsonl,
 )
 from rlx_controller.driver import Driver  # noqa: E402
+from rlx_controller.progress import untimed  # noqa: E402
 from rlx_controller.run_config import RunConfig, loads_run_config  # noqa: E402
 from rlx_controller.service_set import Clients  # noqa: E402
 from rlx_core.clients import GenerateResult, StepResult, TrainBatch  # noqa: E402
@@ -73,7 +76,7 @@ from rlx_core.clients.verifier import SampleResult, VerifySample  # noqa: E402
 from rlx_core.config import to_toml  # noqa: E402
 from rlx_core.errors import FailedPrecondition  # noqa: E402
 
-__all__ = ["LatencyModel", "SimDriver", "main", "simulate"]
+__all__ = ["LatencyModel", "SimServices", "main", "sim_driver", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -307,34 +310,30 @@ class SimServices:
         pass
 
 
-class SimDriver(Driver):
-    """The real Driver with simulated services (in-process clients, latency model)."""
-
-    def __init__(
-        self,
-        cfg: RunConfig,
-        run_dir: Path,
-        *,
-        model: LatencyModel,
-        timings: Timings | None,
-        **kw: Any,
-    ) -> None:
-        self.model = model
-        self.timings = timings
-        self.clock = _Clock()
-        services = SimServices(cfg, model, timings, self.clock)
-        super().__init__(cfg, run_dir, open_services=lambda *_a, **_k: services, **kw)
-        self.eval_sets = []  # held-out evaluation is not rollout throughput
-        if timings is not None:
-            self.rollouts.append = timings.wrap("rollout log append", self.rollouts.append)  # type: ignore[method-assign]
-
-    build_batch = timed_method("build_batch")(Driver.build_batch)
-    _snapshot = timed_method("snapshot")(Driver._snapshot)
-    _metrics_line = timed_method("metrics line")(Driver._metrics_line)
-    # the loop runs a unit in two stages (Driver._submit): generation, then scoring + logging
-    _generate_unit = timed_method("gen stage")(Driver._generate_unit)
-    _score_and_log = timed_method("score+log stage")(Driver._score_and_log)
-    _gen_unit = timed_method("_gen_unit")(Driver._gen_unit)
+def sim_driver(
+    cfg: RunConfig,
+    run_dir: Path,
+    *,
+    model: LatencyModel,
+    timings: Timings | None,
+    clock: _Clock | None = None,
+    **kw: Any,
+) -> Driver:
+    """The real Driver on simulated services (in-process clients, latency model); held-out
+    evaluation off (it is not rollout throughput). With `timings`, its clients' calls and its
+    stages are timed."""
+    services = SimServices(cfg, model, timings, clock or _Clock())
+    driver = Driver(
+        cfg,
+        run_dir,
+        open_services=lambda *_a, **_k: services,
+        stage=timings.stage if timings is not None else untimed,
+        **kw,
+    )
+    driver.eval_sets = []
+    if timings is not None:
+        driver.rollouts.append = timings.wrap("rollout log append", driver.rollouts.append)  # type: ignore[method-assign]
+    return driver
 
 
 def sim_config(run_dir: Path, data_dir: Path, workers: int, steps: int, max_new: int) -> RunConfig:
@@ -367,8 +366,10 @@ def simulate(
     with tempfile.TemporaryDirectory(prefix="rlx-sim-", dir=tmp_root) as tmp:
         run_dir = Path(tmp) / "run"
         cfg = sim_config(run_dir, data_dir, workers, steps, max_new)
-        timings = Timings()
-        driver = SimDriver(cfg, run_dir, model=model, timings=timings, log=log or (lambda _m: None))
+        timings, clock = Timings(), _Clock()
+        driver = sim_driver(
+            cfg, run_dir, model=model, timings=timings, clock=clock, log=log or (lambda _m: None)
+        )
         t0 = time.monotonic()
         summary = driver.run(resume=False)
         wall = time.monotonic() - t0
@@ -396,7 +397,7 @@ def simulate(
         "parts": parts,
         "units": units,
         "steps": n,
-        "sim_cpu": dict(driver.clock.cpu),
+        "sim_cpu": dict(clock.cpu),
         "run_dir_bytes": log_bytes,
         "logged_units": logged,
         "metrics": records,
@@ -413,16 +414,27 @@ def profile_controller(
     with tempfile.TemporaryDirectory(prefix="rlx-sim-prof-", dir=tmp_root) as tmp:
         run_dir = Path(tmp) / "run"
         cfg = sim_config(run_dir, data_dir, workers, 3, max_new)
-        driver = SimDriver(cfg, run_dir, model=model, timings=None, log=lambda _m: None)
+        clock = _Clock()
+        driver = sim_driver(
+            cfg, run_dir, model=model, timings=None, clock=clock, log=lambda _m: None
+        )
         driver._start_services()
-        driver.run_id = "profile"
+        driver.writer.run_id = "profile"
+        assert driver.units is not None
+        run_unit = driver.units.run_unit
+        build = functools.partial(
+            build_batch,
+            cfg=cfg,
+            pad_id=driver.tokenizer.pad_id,
+            prompt_tokens=driver.prompt_tokens.ids,
+        )
         units = list(driver.schedule.plan(0).units)
         c0 = time.process_time()
-        records = [driver.run_unit(u) for u in units]
+        records = [run_unit(u) for u in units]
         c1 = time.process_time()
-        driver.build_batch(0, records)
+        build(0, records)
         c2 = time.process_time()
-        sim_cpu = sum(driver.clock.cpu.values())
+        sim_cpu = sum(clock.cpu.values())
         n = len(units)
         print(
             f"serial, one thread, {n} units of G {cfg.batch.group_size} x <= {max_new} tokens: "
@@ -432,9 +444,9 @@ def profile_controller(
         units = list(driver.schedule.plan(1).units)
         prof = cProfile.Profile()
         prof.enable()
-        records = [driver.run_unit(u) for u in units]
-        driver.build_batch(1, records)
-        driver._snapshot(1, None, "reload", [], {})
+        records = [run_unit(u) for u in units]
+        build(1, records)
+        driver.writer.write(1, "reload", [], {})
         prof.disable()
     stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
     rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
@@ -443,10 +455,10 @@ def profile_controller(
         where = f"{Path(path).parent.name}/{Path(path).name}:{line}" if line else path
         print(f"  {1e3 * tt / n:8.3f} ({1e3 * ct / n:8.3f})  {calls:>7}  {func}  {where}")
     picks = [
-        ("driver.py", "run_unit"),
-        ("driver.py", "_gen_unit"),
-        ("driver.py", "_generate"),
-        ("driver.py", "_verify"),
+        ("units.py", "run_unit"),
+        ("units.py", "gen_unit"),
+        ("session.py", "generate"),
+        ("session.py", "verify"),
         ("rollout_log.py", "get"),
         ("rollout_log.py", "append"),
         ("rollout_log.py", "encode_record"),
@@ -454,8 +466,8 @@ def profile_controller(
         ("rollout.py", "to_bytes"),
         ("rollout.py", "from_bytes"),
         ("verifier.py", "math"),
-        ("driver.py", "build_batch"),
-        ("driver.py", "_snapshot"),
+        ("batching.py", "build_batch"),
+        ("snapshot_writer.py", "write"),
         ("sim.py", "generate"),
         ("sim.py", "verify"),
     ]
@@ -555,7 +567,7 @@ def main() -> None:  # noqa: PLR0915  (one report, top to bottom)
         g, sl = (r["cpu"].get(c, (0.0, 0.0, 0)) for c in ("gen stage", "score+log stage"))
         r["cpu"]["run_unit"] = (g[0] + sl[0], g[1] + sl[1], sl[2])
     print("per unit, wall (CPU) ms; controller = both stages minus the simulated clients")
-    ucats = ["run_unit", "gen stage", "score+log stage", "_gen_unit", "worker generate"]
+    ucats = ["run_unit", "gen stage", "score+log stage", "worker generate"]
     ucats += ["verifier", "rollout log append"]
     for c in ucats:
         cells = []

@@ -1,20 +1,22 @@
 """Where the controller's time goes: timed wrappers around the Driver's calls (tools/bench/e2e).
 
-The bench and the simulation subclass rlx_controller's Driver without changing it: the clients
-it calls (trainer, workers, verifiers, paramserver) and a few of its own methods are wrapped so
-that every call records (category, start, end, main thread or not). `breakdown()` then sums the
-calls inside a steady-state window, clipped to it.
+The bench and the simulation run rlx_controller's Driver unchanged: the clients of the service
+set they hand it (trainer, workers, verifiers, paramserver) are wrapped (`Timed`), and its
+stages timed through its `stage` hook (`Timings.stage`), so that every call records (category,
+start, end, main thread or not). `breakdown()` then sums the calls inside a steady-state window,
+clipped to it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Event", "Timed", "Timings", "timed_method"]
+__all__ = ["Event", "Timed", "Timings"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,15 @@ class Timings:
                 self.record(category, t0, time.monotonic(), time.thread_time() - c0)
 
         return timed
+
+    @contextlib.contextmanager
+    def stage(self, category: str) -> Iterator[None]:
+        """Time the block as a call of `category` (the Driver's `stage` hook)."""
+        t0, c0 = time.monotonic(), time.thread_time()
+        try:
+            yield
+        finally:
+            self.record(category, t0, time.monotonic(), time.thread_time() - c0)
 
     def ends(self, category: str) -> list[float]:
         """End times of `category`'s calls, in order (e.g. the trainer steps: step boundaries)."""
@@ -84,23 +95,3 @@ class Timed:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
-
-
-def timed_method(category: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator for a Driver subclass's override: times the call into `self.timings`."""
-
-    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.timings is None:  # not timed (e.g. under a profiler)
-                return fn(self, *args, **kwargs)
-            t0, c0 = time.monotonic(), time.thread_time()
-            try:
-                return fn(self, *args, **kwargs)
-            finally:
-                self.timings.record(category, t0, time.monotonic(), time.thread_time() - c0)
-
-        timed.__name__ = fn.__name__
-        timed.__doc__ = fn.__doc__
-        return timed
-
-    return deco

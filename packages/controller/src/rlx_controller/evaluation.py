@@ -1,6 +1,7 @@
 """Evaluation: greedy accuracy and sampled pass@k of a weight version on the eval datasets.
 
-    samples = evaluate_version(driver, version, samples=8)    # one EvalSample per answer
+    samples = evaluate_version(runner, cfg, eval_sets, eval_ids, version, samples=8)
+    samples = evaluate_model(cfg, work_dir, open_services=..., samples=8)  # `rlx eval`
     figures = summarize(samples, k=8)                         # per dataset: EvalSummary
     fields = metric_fields(samples, k=8)                      # {"heldout": ..., "eval/<d>/..."}
 
@@ -9,35 +10,41 @@ pass@k (the unbiased estimator of Chen et al. 2021 over the sampled answers, `pa
 (the mean score of the sampled answers), the mean response length, and the count of every
 verdict; `rlx eval` prints them as tables (rlx_cli.eval_cmd). A sample the verifier could not
 judge (INFRA / ERROR: no score) is left out of every figure and counted apart, never as a
-failure. `evaluate_version` generates and verifies the answers through the run's services; its
-sampled seeds are a pure function of (seed, dataset, row, sample), so a resumed run evaluates
-exactly as before.
+failure. `evaluate_version` generates and verifies the answers through a session of the run's
+services and the unit runner (rlx_controller.units); its sampled seeds are a pure function of
+(seed, dataset, row, sample), so a resumed run evaluates exactly as before. `evaluate_model`
+(`rlx eval`) starts the services with `[model] path` as version 0 and evaluates it.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
+from rlx_controller.datasets import Dataset, Prompt
+from rlx_controller.inputs import eval_prompts, run_tokenizer
+from rlx_controller.prompts import PromptIds
 from rlx_controller.rng import sample_seed
+from rlx_controller.run_config import RunConfig
+from rlx_controller.rundir import RunPaths
+from rlx_controller.service_set import OpenServices
+from rlx_controller.session import base_model_session
+from rlx_controller.units import UnitRunner
 from rlx_core.clients import Sampling
-from rlx_core.clients import WorkUnit as GenUnit
 from rlx_core.clients.verifier import EXCLUDED
-
-if TYPE_CHECKING:
-    from rlx_controller.datasets import Dataset, Prompt
-    from rlx_controller.driver import Driver
 
 __all__ = [
     "EvalSample",
     "EvalSummary",
+    "evaluate_model",
     "evaluate_version",
     "heldout_accuracy",
+    "heldout_figures",
     "metric_fields",
     "pass_at_k",
     "summarize",
@@ -196,16 +203,19 @@ def metric_fields(samples: Sequence[EvalSample], k: int = 0) -> dict[str, float 
 # --- through the services -------------------------------------------------------------------
 
 
-def _eval_rows(driver: Driver, ds: Dataset) -> list[int]:
+def _eval_rows(cfg: RunConfig, eval_ids: PromptIds, ds: Dataset) -> list[int]:
     """The rows of an eval dataset that are evaluated: those whose prompt fits, the first
     `eval.max_prompts` of them (all when 0)."""
-    rows = driver.eval_ids.fitting(ds.name)
-    cap = driver.cfg.eval.max_prompts
+    rows = eval_ids.fitting(ds.name)
+    cap = cfg.eval.max_prompts
     return rows[:cap] if cap else rows
 
 
 def evaluate_version(
-    driver: Driver,
+    runner: UnitRunner,
+    cfg: RunConfig,
+    eval_sets: Sequence[Dataset],
+    eval_ids: PromptIds,
     version: int,
     *,
     greedy: bool = True,
@@ -217,8 +227,8 @@ def evaluate_version(
     seeds `sample_seed(seed, "eval", dataset index, row, sample)`. The prompts of a dataset are
     split into one unit per inference worker (sampled: into units of at most MAX_UNIT_SAMPLES
     answers, round-robin over the workers). `log`, when given, hears the progress."""
-    W = max(1, len(driver.workers))
-    s = driver.cfg.sampling
+    W = max(1, runner.workers)
+    s = cfg.sampling
     kinds: list[tuple[bool, int, Sampling]] = []  # (greedy, answers per prompt, sampling)
     if greedy:
         kinds.append((True, 1, Sampling(greedy=True)))
@@ -227,8 +237,8 @@ def evaluate_version(
             (False, samples, Sampling(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k))
         )
     out: list[EvalSample] = []
-    for d, ds in enumerate(driver.eval_sets):
-        rows = _eval_rows(driver, ds)
+    for d, ds in enumerate(eval_sets):
+        rows = _eval_rows(cfg, eval_ids, ds)
         n = len(rows)
         if not n:
             continue
@@ -237,10 +247,9 @@ def evaluate_version(
             chunks = [rows[i : i + per] for i in range(0, n, per)]
             what = "greedy" if is_greedy else f"{each} samples"
             t0 = time.monotonic()
-
-            job = functools.partial(_run_chunk, driver, version, d, ds, is_greedy, each, sampling)
+            chunk = _Chunk(runner, cfg.seed, eval_ids, version, d, ds, is_greedy, each, sampling)
             with ThreadPoolExecutor(min(len(chunks), 2 * W)) as pool:
-                for result in pool.map(job, range(len(chunks)), chunks):
+                for result in pool.map(chunk.run, range(len(chunks)), chunks):
                     out.extend(result)
             if log is not None:
                 log(
@@ -250,57 +259,95 @@ def evaluate_version(
     return out
 
 
-def _run_chunk(
-    driver: Driver,
-    version: int,
-    d: int,
-    ds: Dataset,
-    is_greedy: bool,
-    each: int,
-    sampling: Sampling,
-    c: int,
-    rows: list[int],
-) -> list[EvalSample]:
-    """Chunk c (`rows` of dataset `ds`, the d-th) as one unit with `each` answers per prompt
-    through inference worker c mod W and the verifier."""
-    cfg = driver.cfg
-    prompts: list[Prompt] = [ds.prompt(r) for r in rows]
-    kind = "greedy" if is_greedy else "sampled"
-    seeds = (
-        tuple(range(len(rows)))
-        if is_greedy
-        else tuple(sample_seed(cfg.seed, "eval", d, r, g) for r in rows for g in range(each))
-    )
-    unit = GenUnit(
-        unit_id=f"eval.v{version}.{ds.name}.{kind}.{c}",
-        version=version,
-        prompts=tuple(driver.eval_ids.ids(ds.name, r) for r in rows),
-        samples_per_prompt=each,
-        sampling=sampling,
-        seeds=seeds,
-        max_new_tokens=driver.R,
-        stop_token_ids=driver.tokenizer.stop_ids,
-    )
-    res = driver._generate(c % max(1, len(driver.workers)), unit)
-    texts = driver._decode(res.rollouts)
-    verdicts = driver._verify_rollouts(unit.unit_id, prompts, texts, c)
-    out = []
-    for i, p in enumerate(prompts):
-        for g in range(each):
-            j = i * each + g
-            v, r = verdicts[j], res.rollouts[j]
-            out.append(
-                EvalSample(
-                    dataset=ds.name,
-                    row=p.row,
-                    prompt_id=p.id,
-                    sample=g,
-                    greedy=is_greedy,
-                    text=texts[j],
-                    status=v.status,
-                    score=None if v.excluded else v.score,
-                    response_tokens=len(r.token_ids),
-                    finish_reason=r.finish_reason,
-                )
+@dataclass(frozen=True)
+class _Chunk:
+    """The units of one dataset and kind of answer (greedy or sampled) of an evaluation."""
+
+    runner: UnitRunner
+    seed: int
+    eval_ids: PromptIds
+    version: int
+    d: int  # the dataset's index among the eval datasets
+    ds: Dataset
+    is_greedy: bool
+    each: int  # answers per prompt
+    sampling: Sampling
+
+    def run(self, c: int, rows: list[int]) -> list[EvalSample]:
+        """Chunk c (`rows`) as one unit with `each` answers per prompt through inference worker
+        c mod W and the verifier."""
+        ds, each = self.ds, self.each
+        prompts: list[Prompt] = [ds.prompt(r) for r in rows]
+        kind = "greedy" if self.is_greedy else "sampled"
+        seeds = (
+            tuple(range(len(rows)))
+            if self.is_greedy
+            else tuple(
+                sample_seed(self.seed, "eval", self.d, r, g) for r in rows for g in range(each)
             )
-    return out
+        )
+        unit = self.runner.gen_unit(
+            f"eval.v{self.version}.{ds.name}.{kind}.{c}",
+            self.version,
+            [self.eval_ids.ids(ds.name, r) for r in rows],
+            each,
+            self.sampling,
+            seeds,
+        )
+        judged = self.runner.run(c % max(1, self.runner.workers), unit, prompts, c)
+        out = []
+        for i, p in enumerate(prompts):
+            for g in range(each):
+                j = i * each + g
+                v, r = judged.verdicts[j], judged.result.rollouts[j]
+                out.append(
+                    EvalSample(
+                        dataset=ds.name,
+                        row=p.row,
+                        prompt_id=p.id,
+                        sample=g,
+                        greedy=self.is_greedy,
+                        text=judged.texts[j],
+                        status=v.status,
+                        score=None if v.excluded else v.score,
+                        response_tokens=len(r.token_ids),
+                        finish_reason=r.finish_reason,
+                    )
+                )
+        return out
+
+
+def heldout_figures(
+    runner: UnitRunner,
+    cfg: RunConfig,
+    eval_sets: Sequence[Dataset],
+    eval_ids: PromptIds,
+    version: int,
+) -> dict[str, float | None] | None:
+    """The held-out figures of `version` as metrics-line fields (`metric_fields`): `heldout`
+    (greedy accuracy over all eval datasets), per dataset `eval/<name>/greedy` and, with
+    `eval.samples` > 0, its pass@1, pass@k and avg@k. None without eval datasets."""
+    if not eval_sets:
+        return None
+    k = cfg.eval.samples
+    return metric_fields(evaluate_version(runner, cfg, eval_sets, eval_ids, version, samples=k), k)
+
+
+def evaluate_model(
+    cfg: RunConfig,
+    work_dir: str | Path,
+    *,
+    open_services: OpenServices,
+    samples: int = 0,
+    log: Callable[[str], None] = print,
+) -> list[EvalSample]:
+    """`rlx eval`: start the services (their files in `work_dir`), load `[model] path` as
+    version 0, and return its `EvalSample`s on the eval datasets (a greedy answer per prompt
+    and `samples` sampled ones); the services stop at the end."""
+    paths = RunPaths.of(work_dir, None)
+    paths.work.mkdir(parents=True, exist_ok=True)
+    tokenizer = run_tokenizer(cfg, paths.storage)
+    eval_sets, eval_ids = eval_prompts(cfg, tokenizer, log)
+    with base_model_session(cfg, paths, open_services, log=log) as session:
+        runner = UnitRunner(session, tokenizer, max_new_tokens=cfg.batch.max_new_tokens, log=log)
+        return evaluate_version(runner, cfg, eval_sets, eval_ids, 0, samples=samples, log=log)

@@ -1,25 +1,55 @@
-"""The driver's batch assembly: prefer-newest acceptance, INFRA exclusion and DAPO dynamic
-sampling's drop of uniform groups, on rollout records (no services needed)."""
+"""Batch assembly (rlx_controller.batching): prefer-newest acceptance, INFRA exclusion and DAPO
+dynamic sampling's drop of uniform groups, on rollout records, without a Driver or services."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rlx_controller.batching import build_batch, judge_metrics
+from rlx_controller.datasets import mixture_sources
 from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
-from rlx_controller.driver import Driver
+from rlx_controller.inputs import fitting_sources, load_datasets
+from rlx_controller.mixture import PromptMixture
+from rlx_controller.prompts import PromptIds
 from rlx_controller.rollout_log import decode_record, encode_record
-from rlx_controller.run_config import loads_run_config
+from rlx_controller.run_config import RunConfig, loads_run_config
+from rlx_controller.schedule import Schedule
 from rlx_core.config import to_toml
 from rlx_core.rollout import RolloutGroup, RolloutSample, RolloutUnit
+from rlx_core.tokenizer import Tokenizer, load_tokenizer
 
 B, G = 4, 4
 
 
-def _driver(tmp_path: Path, dynamic: bool) -> Driver:
+@dataclass(frozen=True)
+class _Run:
+    """What batch building needs of a run: its config, tokenizer, schedule and prompt tokens."""
+
+    cfg: RunConfig
+    tokenizer: Tokenizer
+    schedule: Schedule
+    tokens: PromptIds
+
+    @property
+    def P(self) -> int:
+        return self.cfg.batch.max_prompt_tokens
+
+    @property
+    def R(self) -> int:
+        return self.cfg.batch.max_new_tokens
+
+    def build(self, b: int, records: list[RolloutUnit]) -> tuple[Any, dict[str, Any]]:
+        return build_batch(
+            b, records, self.cfg, pad_id=self.tokenizer.pad_id, prompt_tokens=self.tokens.ids
+        )
+
+
+def _run(tmp_path: Path, dynamic: bool) -> _Run:
     data = tmp_path / "data"
     write_addition_jsonl(data, DEMO_TASK)
     base = demo_config(str(tmp_path / "run"), data, base_model_dir())
@@ -32,14 +62,17 @@ def _driver(tmp_path: Path, dynamic: bool) -> Driver:
             f"dynamic_sampling.enabled={'true' if dynamic else 'false'}",
         ),
     )
-    return Driver(cfg, tmp_path / "run", open_services=_no_services, log=lambda _m: None)
+    tokenizer = load_tokenizer(cfg.model.path)
+    datasets = load_datasets(cfg)
+    tokens = PromptIds(
+        tokenizer, datasets, max_tokens=cfg.batch.max_prompt_tokens, log=lambda _m: None
+    )
+    sources = fitting_sources(mixture_sources(cfg, list(datasets.values()), None), tokens)
+    schedule = Schedule.from_config(cfg, PromptMixture(sources, seed=cfg.seed))
+    return _Run(cfg, tokenizer, schedule, tokens)
 
 
-def _no_services(*_a: Any, **_k: Any) -> Any:
-    raise AssertionError("the batch tests start no services")
-
-
-def _records(d: Driver, rewards: list[list[float | None]]) -> list[RolloutUnit]:
+def _records(d: _Run, rewards: list[list[float | None]]) -> list[RolloutUnit]:
     """Batch 0's planned units with responses "7" and the given rewards per (prompt, sample)."""
     seven = d.tokenizer.encode("7", add_special_tokens=False)
     response = (*seven, d.tokenizer.stop_ids[0])  # "7", then the checkpoint's EOS
@@ -64,7 +97,7 @@ def _records(d: Driver, rewards: list[list[float | None]]) -> list[RolloutUnit]:
             groups.append(
                 RolloutGroup(
                     prompt=ref.id,
-                    prompt_ids=d._ids(ref.dataset, ref.row),
+                    prompt_ids=d.tokens.ids(ref.dataset, ref.row),
                     version=unit.version,
                     samples=tuple(samples),
                 )
@@ -89,11 +122,11 @@ REWARDS: list[list[float | None]] = [
 
 
 def test_without_dynamic_sampling_every_group_trains(tmp_path: Path) -> None:
-    d = _driver(tmp_path, dynamic=False)
-    batch, info = d.build_batch(0, _records(d, REWARDS))
+    d = _run(tmp_path, dynamic=False)
+    batch, info = d.build(0, _records(d, REWARDS))
     assert info["groups"] == B and info["dropped_uniform"] == 0 and info["excluded"] == 1
     ids = [ref.id for u in d.schedule.plan(0).units for ref in u.prompts]
-    assert info["prompt_ids"] == ids
+    assert info["prompts"] == ids
     assert batch.loss_mask.shape[:2] == (B, G) and batch.loss_mask[:, :, d.P].sum() == B * G - 1
     # the INFRA sample is masked out and never scored 0: it holds its group's mean reward
     assert batch.loss_mask[1, 2].sum() == 0 and batch.rewards[1, 2] == np.float32(1 / 3)
@@ -108,7 +141,7 @@ def test_records_read_back_from_the_log_give_the_same_batch_bit_for_bit(tmp_path
     """A replayed batch is built from the records the log gives back: the same arrays, bit for
     bit, as the batch of the records that were logged (float32 log-probs never widened); a
     record without prompt ids (logged before records carried them) gets the run's own."""
-    d = _driver(tmp_path, dynamic=False)
+    d = _run(tmp_path, dynamic=False)
     rng = np.random.default_rng(0)
     records = []
     for rec in _records(d, REWARDS):
@@ -130,12 +163,12 @@ def test_records_read_back_from_the_log_give_the_same_batch_bit_for_bit(tmp_path
         )
         for r in records
     ]
-    want, _ = d.build_batch(0, records)
+    want, _ = d.build(0, records)
     assert want.sampler_logp is not None
     n = len(records[0].groups[0].samples[0].tokens)
     assert np.count_nonzero(want.sampler_logp) == n * (B * G - 1)  # all but the INFRA sample's
     for other in (replayed, without_ids):
-        got, _ = d.build_batch(0, other)
+        got, _ = d.build(0, other)
         assert _arrays(got) == _arrays(want)
     # the INFRA sample's log-probs stay 0 and out of the loss
     P = d.P
@@ -145,12 +178,12 @@ def test_records_read_back_from_the_log_give_the_same_batch_bit_for_bit(tmp_path
 
 
 def test_dynamic_sampling_drops_uniform_groups_and_pads_the_short_batch(tmp_path: Path) -> None:
-    d = _driver(tmp_path, dynamic=True)
+    d = _run(tmp_path, dynamic=True)
     pays = _records(d, REWARDS)
-    batch, info = d.build_batch(0, pays)
+    batch, info = d.build(0, pays)
     ids = [ref.id for u in d.schedule.plan(0).units for ref in u.prompts]
     assert info["groups"] == 2 and info["dropped_uniform"] == 2
-    assert info["prompt_ids"] == [ids[1], ids[3]]
+    assert info["prompts"] == [ids[1], ids[3]]
     P = d.P
     # accepted groups first, with their responses and rewards
     seven = d.tokenizer.encode("7", add_special_tokens=False)
@@ -158,7 +191,7 @@ def test_dynamic_sampling_drops_uniform_groups_and_pads_the_short_batch(tmp_path
     np.testing.assert_array_equal(batch.rewards[1], [0.0, 1.0, 0.0, 0.0])
     # the two empty slots: a real prompt, no response, no loss, reward 0 (they teach nothing)
     name, row = ids[1].split("/")
-    first = d._ids(name, int(row))
+    first = d.tokens.ids(name, int(row))
     for slot in (2, 3):
         assert batch.loss_mask[slot].sum() == 0 and batch.rewards[slot].sum() == 0
         assert batch.valid[slot, :, P - len(first) : P].all()
@@ -166,13 +199,13 @@ def test_dynamic_sampling_drops_uniform_groups_and_pads_the_short_batch(tmp_path
             slot, :, P:
         ].any()
     # every group uniform: still one fixed-shape batch, nothing to learn, no crash
-    batch, info = d.build_batch(0, _records(d, [[1.0] * G] * B))
+    batch, info = d.build(0, _records(d, [[1.0] * G] * B))
     assert info["groups"] == 0 and info["dropped_uniform"] == B
     assert batch.loss_mask.sum() == 0 and batch.tokens.shape == (B, G, d.P + d.R)
 
 
 def test_params_hash_names_the_params_by_their_manifest() -> None:
-    from rlx_controller.driver import params_hash
+    from rlx_controller.session import params_hash
     from rlx_core.clients.paramserver import TensorSpec
 
     def spec(name: str, digest: str, shape: tuple[int, ...] = (4,)) -> TensorSpec:
@@ -188,7 +221,6 @@ def test_params_hash_names_the_params_by_their_manifest() -> None:
 def test_judge_metrics_per_dataset_rewards_verdicts_and_costs() -> None:
     """Per-dataset rewards over scored samples (an INFRA one left out), the verdict counts, and
     the verifier's cost averaged over the code samples it judged (NO_CODE never reached it)."""
-    from rlx_controller.driver import _judge_metrics
     from rlx_core.rollout import Judgement
 
     def sample(status: str, reward: float | None, j: Judgement | None = None) -> RolloutSample:
@@ -221,7 +253,7 @@ def test_judge_metrics_per_dataset_rewards_verdicts_and_costs() -> None:
     )
     unit = RolloutUnit(unit={"unit_id": "u"}, version=0, generated_tokens=8, groups=(code, math))
     units = [unit, dataclasses.replace(unit, verify_s=0.25)]
-    out = _judge_metrics([code, math], units)
+    out = judge_metrics([code, math], units)
     assert out["reward/code"] == 1 / 3 and out["reward/gsm.v2"] == 0.75
     assert out["verdicts"] == {"AC": 4, "INFRA": 1, "NO_CODE": 1, "WA": 2}
     # three judged code samples (AC, WA, INFRA): NO_CODE is not one
@@ -231,7 +263,7 @@ def test_judge_metrics_per_dataset_rewards_verdicts_and_costs() -> None:
     assert out["verifier/wait_s"] == 0.25
     assert out["verifier_errors"] == 0  # INFRA is not a refusal
     # a math-only batch has no verifier cost fields beyond the wait
-    assert set(_judge_metrics([math], [unit])) == {
+    assert set(judge_metrics([math], [unit])) == {
         "reward/gsm.v2",
         "verdicts",
         "verifier/wait_s",
@@ -240,4 +272,4 @@ def test_judge_metrics_per_dataset_rewards_verdicts_and_costs() -> None:
     # samples the verifier refused (ERROR) count in every unit of the batch, trained on or not
     refused = dataclasses.replace(code, samples=(sample("ERROR", None), sample("ERROR", None)))
     other = dataclasses.replace(unit, groups=(refused,))
-    assert _judge_metrics([math], [unit, other])["verifier_errors"] == 2
+    assert judge_metrics([math], [unit, other])["verifier_errors"] == 2
