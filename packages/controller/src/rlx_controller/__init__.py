@@ -1,27 +1,8 @@
 """The only active component: prompt mixture, deterministic schedule, staleness policy, snapshots
 and exact resume. Never imports JAX.
-
-`__all__` is the package's face: what the CLI, tools and other packages import, always from here
-(`from rlx_controller import Driver, RunPaths`); the modules behind it are internal.
 """
 
 from rlx_controller._version import __version__
-from rlx_controller.code_demo import (
-    CODE_GROUP,
-    CODE_LR,
-    CODE_PROMPTS,
-    CODE_STEPS,
-    CODE_TASK,
-    CODE_WARMUP,
-    ArithCodeTask,
-    ArithProblem,
-    code_demo_config,
-    code_model_dir,
-    code_splits,
-    code_token_counts,
-    write_code_jsonl,
-)
-from rlx_controller.code_tasks import extract_program
 from rlx_controller.config import ControllerConfig
 from rlx_controller.datasets import (
     Dataset,
@@ -33,38 +14,21 @@ from rlx_controller.datasets import (
     read_parquet,
 )
 from rlx_controller.demo import (
-    DEMO_TASK,
     AdditionTask,
     addition_answer_correct,
     addition_splits,
-    base_model_dir,
-    demo_config,
-    demo_token_counts,
     write_addition_jsonl,
 )
-from rlx_controller.driver import Driver, Progress
 from rlx_controller.gold_answers import boxed_answer, gsm8k_answer
-from rlx_controller.lease import LeaseHolder, read_holder
-from rlx_controller.metrics import METRICS_FILE, METRICS_PARTS, read_uploaded
 from rlx_controller.mixture import MixtureSource, MixtureState, PromptMixture, PromptRef
-from rlx_controller.processes import Process
 from rlx_controller.rng import KeyedPermutation, randbelow, random_u64, sample_seed, uniform
-from rlx_controller.rollout_log import LogScan, RolloutLog, decode_record, encode_record
+from rlx_controller.rollout_log import LogScan, RolloutLog
 from rlx_controller.run_config import (
     RunConfig,
     check_run_inputs,
     config_hash,
     load_run_config,
     loads_run_config,
-)
-from rlx_controller.rundir import (
-    CONFIG_FILE,
-    CONTROLLER_PID,
-    RUN_INFO,
-    RunPaths,
-    default_work_dir,
-    read_run_info,
-    read_text,
 )
 from rlx_controller.schedule import (
     BatchPlan,
@@ -73,55 +37,32 @@ from rlx_controller.schedule import (
     Selection,
     WorkUnit,
     check_staleness,
-    parse_unit_id,
     select_groups,
     version_for_batch,
 )
 from rlx_controller.server import read_controller, serve, serve_run
 from rlx_controller.service import ControllerService, RunControl
-from rlx_controller.service_set import Clients, ServiceSet
 from rlx_controller.snapshot import Snapshot, SnapshotEntry, SnapshotStore
 
 __all__ = [
-    "CODE_GROUP",
-    "CODE_LR",
-    "CODE_PROMPTS",
-    "CODE_STEPS",
-    "CODE_TASK",
-    "CODE_WARMUP",
-    "CONFIG_FILE",
-    "CONTROLLER_PID",
-    "DEMO_TASK",
-    "METRICS_FILE",
-    "METRICS_PARTS",
-    "RUN_INFO",
     "AdditionTask",
-    "ArithCodeTask",
-    "ArithProblem",
     "BatchPlan",
-    "Clients",
     "ControllerConfig",
     "ControllerService",
     "Dataset",
-    "Driver",
     "GroupRef",
     "KeyedPermutation",
-    "LeaseHolder",
     "LogScan",
     "MixtureSource",
     "MixtureState",
-    "Process",
-    "Progress",
     "Prompt",
     "PromptMixture",
     "PromptRef",
     "RolloutLog",
     "RunConfig",
     "RunControl",
-    "RunPaths",
     "Schedule",
     "Selection",
-    "ServiceSet",
     "Snapshot",
     "SnapshotEntry",
     "SnapshotStore",
@@ -129,37 +70,21 @@ __all__ = [
     "__version__",
     "addition_answer_correct",
     "addition_splits",
-    "base_model_dir",
     "boxed_answer",
     "check_run_inputs",
     "check_staleness",
-    "code_demo_config",
-    "code_model_dir",
-    "code_splits",
-    "code_token_counts",
     "config_hash",
-    "decode_record",
-    "default_work_dir",
-    "demo_config",
-    "demo_token_counts",
-    "encode_record",
-    "extract_program",
     "gsm8k_answer",
     "load_dataset",
     "load_prefilter",
     "load_run_config",
     "loads_run_config",
     "mixture_sources",
-    "parse_unit_id",
     "randbelow",
     "random_u64",
     "read_controller",
-    "read_holder",
     "read_jsonl",
     "read_parquet",
-    "read_run_info",
-    "read_text",
-    "read_uploaded",
     "sample_seed",
     "select_groups",
     "serve",
@@ -167,5 +92,4 @@ __all__ = [
     "uniform",
     "version_for_batch",
     "write_addition_jsonl",
-    "write_code_jsonl",
 ]
