@@ -40,11 +40,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.lease import read_holder
+from rlx_controller import read_holder
 from rlx_controller.processes import Process
 from rlx_core.errors import RlxError
 from rlx_core.storage import open_storage
-from rlx_launch.local import read_services, service_process
+from rlx_launch import read_services, service_process
 
 # `rlx` in a new process, from this interpreter's environment
 CLI = [sys.executable, "-c", "from rlx_cli.main import app; app()"]

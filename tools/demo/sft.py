@@ -40,7 +40,7 @@ from make_goldens import (  # noqa: E402
     write_json,
 )
 
-from rlx_controller.demo import AdditionTask, addition_splits  # noqa: E402
+from rlx_controller import AdditionTask, addition_splits  # noqa: E402
 from rlx_core.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
 from rlx_model import init_params, save_checkpoint, tiny_config  # noqa: E402
 

@@ -41,8 +41,7 @@ from rlx_core.errors import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from rlx_controller.run_config import RunConfig
-    from rlx_controller.rundir import RunPaths
+    from rlx_controller import RunConfig, RunPaths
 
 __all__ = ["register"]
 
@@ -51,8 +50,7 @@ PULL_TIMEOUT_S = 600.0  # one pull of a whole version from the paramserver
 
 def _run_config(paths: RunPaths) -> tuple[RunConfig, dict[str, Any]]:
     """The run's config (validated) and its raw tables; NotFound when RUN is not a run."""
-    from rlx_controller.run_config import loads_run_config
-    from rlx_controller.rundir import CONFIG_FILE, read_text
+    from rlx_controller import CONFIG_FILE, loads_run_config, read_text
 
     if not paths.storage.exists(CONFIG_FILE):
         raise NotFound(f"{paths.uri}: no such run (no {CONFIG_FILE} there)")
@@ -63,7 +61,7 @@ def _run_config(paths: RunPaths) -> tuple[RunConfig, dict[str, Any]]:
 def _run_mark(directory: Path) -> str | None:
     """What marks `directory` as a run directory (rlx_controller.rundir: `rlx up` writes its
     config.toml first, the controller its run.json), or None."""
-    from rlx_controller.rundir import CONFIG_FILE, RUN_INFO
+    from rlx_controller import CONFIG_FILE, RUN_INFO
 
     for name in (CONFIG_FILE, RUN_INFO):
         if (directory / name).is_file():
@@ -180,7 +178,7 @@ def _copy_tokenizer(base: str, target: Path) -> list[str]:
 def _live_paramservers(paths: RunPaths) -> list[tuple[str, str]]:
     """(name, address) of the run's paramserver replicas that run (from the work directory's
     services.json); Unavailable when there are none."""
-    from rlx_launch.local import read_services, runs_service
+    from rlx_launch import read_services, runs_service
 
     handles = [h for h in read_services(paths.work).values() if h.kind == "paramserver"]
     # pid 0: a replica on another machine (a TPU node), asked directly
@@ -254,7 +252,7 @@ def export(
     run's live paramserver: config.json, model.safetensors (in the dtype the trainer holds
     params in) and the tokenizer files of the run's base model.
     """
-    from rlx_controller.rundir import RunPaths
+    from rlx_controller import RunPaths
     from rlx_core.storage import join_uri
 
     if step is not None and version is not None:

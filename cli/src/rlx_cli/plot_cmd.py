@@ -40,7 +40,7 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
     naming `run` when it is not a directory. An unterminated last line that does not parse is a
     write cut short by a kill and is skipped.
     """
-    from rlx_controller.metrics import METRICS_FILE
+    from rlx_controller import METRICS_FILE
 
     path = run / METRICS_FILE
     try:
@@ -60,7 +60,7 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
 
 def read_uploaded_metrics(storage: Storage) -> list[dict[str, Any]]:
     """`read_metrics` of a remote run's metrics.jsonl as uploaded with its snapshots."""
-    from rlx_controller.metrics import METRICS_PARTS, read_uploaded
+    from rlx_controller import METRICS_PARTS, read_uploaded
 
     data = read_uploaded(storage)
     where = storage.key_uri(METRICS_PARTS)
@@ -293,7 +293,7 @@ def plot(
     a PNG; print its path.
 
     A remote RUN is plotted from the metrics uploaded with its newest snapshot."""
-    from rlx_controller.rundir import RunPaths
+    from rlx_controller import RunPaths
 
     paths = RunPaths.of(run)
     if not paths.remote:

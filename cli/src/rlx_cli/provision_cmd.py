@@ -38,8 +38,7 @@ TARGET_HELP = "A run config TOML with a \\[provision] table, or the run director
 def load_tpu_config(target: str, overrides: list[str] | tuple[str, ...] = ()) -> Any:
     """The RunConfig of a config file or a run directory, as a gcp-tpu run (so every check of
     that provider applies); exits with the error naming the field."""
-    from rlx_controller.run_config import load_run_config, loads_run_config
-    from rlx_controller.rundir import CONFIG_FILE
+    from rlx_controller import CONFIG_FILE, load_run_config, loads_run_config
     from rlx_core.storage import open_storage
 
     sets = ("services.provider=gcp-tpu", *overrides)
@@ -55,7 +54,7 @@ def load_tpu_config(target: str, overrides: list[str] | tuple[str, ...] = ()) ->
 
 
 def _plan(target: str, overrides: list[str]) -> Any:
-    from rlx_launch.provision import make_plan
+    from rlx_launch import make_plan
 
     cfg = load_tpu_config(target, overrides)
     try:
@@ -115,7 +114,7 @@ def plan_cmd(
     ),
 ) -> None:
     """Print what `apply` would create (a queued resource or VM per node), calling nothing."""
-    from rlx_launch.provision import startup_script
+    from rlx_launch import startup_script
 
     plan = _plan(target, overrides)
     Console(width=max(140, Console().width)).print(plan_table(plan))
@@ -142,8 +141,7 @@ def apply_cmd(
     """Create what is missing, re-create what was preempted or failed, wait until ACTIVE.
 
     Names derive from the run: running it twice creates nothing new."""
-    from rlx_launch.gcp import GcpApi
-    from rlx_launch.gcp.base import state_lines
+    from rlx_launch import GcpApi, state_lines
 
     plan = _plan(target, overrides)
     try:
@@ -174,7 +172,7 @@ def list_cmd(
     ),
 ) -> None:
     """The run's queued resources (and instances) and their states (--all: every rlx run's)."""
-    from rlx_launch.gcp import GcpApi
+    from rlx_launch import GcpApi
 
     plan = _plan(target, [])
     try:
@@ -214,7 +212,7 @@ def delete_cmd(
     """Delete the run's queued resources and their TPU VMs, and its instances (asks first).
 
     The run directory stays: `rlx resume` provisions them again."""
-    from rlx_launch.gcp import GcpApi
+    from rlx_launch import GcpApi
 
     plan = _plan(target, [])
     ids = [n.node_id for n in plan.nodes]

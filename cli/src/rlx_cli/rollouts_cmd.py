@@ -44,8 +44,7 @@ def _warn(message: str) -> None:
 def _tokenizer(storage: Any) -> Any:
     """The run's tokenizer (config.toml's model.path), or None, said on stderr, when it cannot
     be loaded here (the prompts are then shown as ids)."""
-    from rlx_controller.run_config import loads_run_config
-    from rlx_controller.rundir import CONFIG_FILE, read_text
+    from rlx_controller import CONFIG_FILE, loads_run_config, read_text
     from rlx_core.tokenizer import load_tokenizer
 
     path = "?"
@@ -189,9 +188,7 @@ def show(
     ),
 ) -> None:
     """Show the logged rollouts of one training step of RUN: prompts, responses, rewards."""
-    from rlx_controller.rollout_log import RolloutLog
-    from rlx_controller.rundir import CONFIG_FILE, RunPaths
-    from rlx_controller.schedule import parse_unit_id
+    from rlx_controller import CONFIG_FILE, RolloutLog, RunPaths, parse_unit_id
 
     paths = RunPaths.of(run)
     if not paths.storage.exists(CONFIG_FILE):

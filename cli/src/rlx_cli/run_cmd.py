@@ -33,9 +33,8 @@ from rlx_cli.up_cmd import RUN_HELP, WORK_DIR_HELP, _fail, _paths, _resume_comma
 from rlx_core.errors import NotFound, RlxError
 
 if TYPE_CHECKING:
-    from rlx_controller.lease import LeaseHolder
+    from rlx_controller import LeaseHolder, RunPaths
     from rlx_controller.processes import Process
-    from rlx_controller.rundir import RunPaths
     from rlx_core.clients import ControllerClient
 
 __all__ = ["detach", "live_controller", "register", "run_status", "take_snapshot"]
@@ -77,7 +76,7 @@ def _controller(work: Path, holder: LeaseHolder | None) -> Process | None:
     `holder` (the run's lease, as read) names that pid on this host with the process's start time
     (`LeaseHolder.process`). A stale file may name a pid the system has since given to another
     program, an rlx of another run included: None then, and it is never signalled."""
-    from rlx_controller.rundir import CONTROLLER_PID
+    from rlx_controller import CONTROLLER_PID
 
     try:
         pid = int((work / CONTROLLER_PID).read_text().strip())
@@ -165,10 +164,8 @@ def run_status(paths: RunPaths) -> dict[str, Any]:
     from dataclasses import asdict
 
     from rlx_cli.plot_cmd import read_metrics, read_uploaded_metrics
-    from rlx_controller.lease import read_holder
-    from rlx_controller.rundir import CONFIG_FILE, read_text
-    from rlx_controller.snapshot import SnapshotStore
-    from rlx_launch.local import read_services, runs_service
+    from rlx_controller import CONFIG_FILE, SnapshotStore, read_holder, read_text
+    from rlx_launch import read_services, runs_service
 
     run = paths.work
     if not run.is_dir() and not (paths.remote and paths.storage.exists(CONFIG_FILE)):
@@ -421,7 +418,7 @@ def _stop_services(run: Path, grace_s: float) -> list[str]:
     `grace_s`; return the names stopped. Only a recorded process that is still that service of
     this run (pid, start time and run: `service_process`) is touched, through the group it
     leads."""
-    from rlx_launch.local import read_services, service_process
+    from rlx_launch import read_services, service_process
 
     live = {}
     for name, h in read_services(run).items():
@@ -487,7 +484,7 @@ def down(
     answer; either way it writes a snapshot and stops its services), then stop any service still
     running. Safe to repeat; `rlx resume RUN` continues the run. Only this run's processes are
     signalled (each recognised by pid, start time and run)."""
-    from rlx_controller.lease import read_holder
+    from rlx_controller import read_holder
 
     paths = _paths(run, work_dir)
     work = paths.work

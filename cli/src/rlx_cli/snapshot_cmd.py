@@ -30,8 +30,7 @@ snapshot_app = typer.Typer(
 
 
 def _store(run: str) -> Any:
-    from rlx_controller.rundir import RunPaths
-    from rlx_controller.snapshot import SnapshotStore
+    from rlx_controller import RunPaths, SnapshotStore
 
     return SnapshotStore(RunPaths.of(run).storage)
 
@@ -161,7 +160,7 @@ def take(
     """Take a committed snapshot of the running RUN now (at the end of the step in progress; the
     run goes on) and print its step. Needs the run's controller running on this machine."""
     from rlx_cli.run_cmd import take_snapshot
-    from rlx_controller.rundir import RunPaths
+    from rlx_controller import RunPaths
 
     try:
         step = take_snapshot(RunPaths.of(run, work_dir), timeout_s)

@@ -59,7 +59,7 @@ def _run(run_dir: Path, steps: int, sets: list[str]) -> tuple[float, list[dict[s
 
 def _cached_share(run_dir: Path) -> float:
     """The share of judged code samples (not NO_CODE) whose verdict came from the cache."""
-    from rlx_controller.rollout_log import RolloutLog
+    from rlx_controller import RolloutLog
     from rlx_core.storage import open_storage
 
     log = RolloutLog(open_storage(str(run_dir)))

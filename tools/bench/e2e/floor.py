@@ -38,7 +38,7 @@ from addition_lm import (  # noqa: E402  (tools/ is not a package)
     sample,
 )
 
-from rlx_controller.demo import AdditionTask, addition_splits  # noqa: E402
+from rlx_controller import AdditionTask, addition_splits  # noqa: E402
 from rlx_core.tokenizer import load_tokenizer  # noqa: E402
 from rlx_model import load_checkpoint  # noqa: E402
 from rlx_trainer.objective import ObjectiveBatch, preset  # noqa: E402

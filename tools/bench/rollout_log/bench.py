@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import uptime
 
-from rlx_controller.rollout_log import decode_record, encode_record
+from rlx_controller import decode_record, encode_record
 from rlx_core.clients import GenerateResult, Rollout, SampleResult
 from rlx_core.rollout import RolloutUnit
 

@@ -3,6 +3,10 @@
 `open_services(cfg, paths, log=..., on_preempted=..., cancel=...)` picks the launcher of
 `cfg.services.provider` and hands back the run's `ServiceSet` (rlx_controller.service_set), not
 started yet.
+
+`__all__` is the package's face: the CLI and tools import these names from here, never from the
+modules behind it: the local supervisor's `read_services` / `runs_service` / `service_process`,
+provisioning's `make_plan` / `startup_script`, and `GcpApi` with its `state_lines` progress.
 """
 
 from __future__ import annotations
@@ -15,9 +19,23 @@ from rlx_controller.rundir import RunPaths
 from rlx_controller.service_set import ServiceSet
 from rlx_core.rpc.auth import create_token_file
 from rlx_launch._version import __version__
+from rlx_launch.gcp import GcpApi
+from rlx_launch.gcp.base import state_lines
+from rlx_launch.local import read_services, runs_service, service_process
+from rlx_launch.provision import make_plan, startup_script
 from rlx_launch.services import RunServices, clean_up_previous
 
-__all__ = ["__version__", "open_services"]
+__all__ = [
+    "GcpApi",
+    "__version__",
+    "make_plan",
+    "open_services",
+    "read_services",
+    "runs_service",
+    "service_process",
+    "startup_script",
+    "state_lines",
+]
 
 
 def open_services(
