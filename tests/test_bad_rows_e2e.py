@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from up_helpers import CLI
 
-from rlx_controller.demo import base_model_dir
+from rlx_data import base_model_dir
 
 ECHO_TESTS = [{"input": "1\n", "output": "1\n"}]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from rlx_controller.demo import DEMO_TASK, write_addition_jsonl
+from rlx_data import DEMO_TASK, write_addition_jsonl
 
 
 def test_simulation_runs_the_real_driver_with_simulated_workers(

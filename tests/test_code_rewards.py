@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from rlx_controller.demo import base_model_dir
 from rlx_controller.driver import Driver
-from rlx_controller.run_config import loads_run_config
 from rlx_controller.scoring import score_responses
 from rlx_core.clients.inference import GenerateResult, Rollout
 from rlx_core.clients.verifier import VerifySample
+from rlx_core.configs.run import loads_run_config
 from rlx_core.rollout import RolloutUnit
+from rlx_data import base_model_dir
 from rlx_launch import open_services
 from rlx_verifier.config import JudgeConfig, VerifierConfig
 from rlx_verifier.service import VerifierService

@@ -25,10 +25,10 @@ import grpc
 import pytest
 from up_helpers import CLI, steps_done
 
-from rlx_controller.processes import start_time
 from rlx_controller.snapshot import SnapshotStore
 from rlx_core.clients import ControllerClient
 from rlx_core.errors import Unauthenticated
+from rlx_core.processes import start_time
 from rlx_core.proto.controller.v1 import controller_pb2 as pb
 from rlx_core.proto.controller.v1 import controller_pb2_grpc as pb_grpc
 from rlx_core.rpc.client import connect

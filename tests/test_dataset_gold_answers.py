@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rlx_controller.datasets import load_dataset
-from rlx_controller.run_config import DatasetConfig
+from rlx_core.configs.run import DatasetConfig
+from rlx_data import load_dataset
 from rlx_verifier import Verifier
 from rlx_verifier.config import JudgeConfig
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from rlx_controller.demo import DEMO_TASK, write_addition_jsonl
-from rlx_controller.run_config import loads_run_config
 from rlx_controller.snapshot import Snapshot
 from rlx_core.config import to_toml
+from rlx_core.configs.run import loads_run_config
 from rlx_core.errors import FailedPrecondition
+from rlx_data import DEMO_TASK, write_addition_jsonl
 
 
 def _driver(

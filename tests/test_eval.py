@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from up_helpers import CLI
 
-from rlx_controller.datasets import read_jsonl
-from rlx_controller.demo import addition_answer_correct, base_model_dir
 from rlx_controller.evaluation import EvalSample, summarize
+from rlx_data import addition_answer_correct, base_model_dir, read_jsonl
 
 PROMPTS = 8
 

@@ -22,9 +22,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.run_config import loads_run_config
 from rlx_core.clients import TrainBatch
 from rlx_core.config import from_dict, to_toml
+from rlx_core.configs.run import loads_run_config
 from rlx_core.storage import open_storage
 from rlx_launch.local import ServiceHandle, service_command, write_services
 from rlx_testing import ServiceProcess, tree, write_token_file

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from rlx_cli.main import app
 from rlx_controller.lease import LEASE_FILE, LeaseHolder
-from rlx_controller.processes import RUN_ENV, start_time
+from rlx_core.processes import RUN_ENV, start_time
 from rlx_core.storage import open_storage
 from rlx_launch.local import STATE_FILE
 from rlx_launch.services import kill_stale_services

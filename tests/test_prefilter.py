@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from up_helpers import CLI
 
-from rlx_controller.datasets import load_dataset, load_prefilter, mixture_sources
+from rlx_controller import mixture_sources
+from rlx_data import load_dataset, load_prefilter
 
 
 @pytest.mark.slow

@@ -11,10 +11,9 @@ from pathlib import Path
 
 from up_helpers import CLI
 
-from rlx_controller.datasets import load_dataset
-from rlx_controller.demo import base_model_dir
-from rlx_controller.run_config import loads_run_config
 from rlx_core.clients.verifier import InlineTest
+from rlx_core.configs.run import loads_run_config
+from rlx_data import base_model_dir, load_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "<!-- readme-example: code-datasets -->"

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from rlx_controller.driver import Driver
-from rlx_controller.run_config import check_run_inputs, loads_run_config
+from rlx_core.configs.run import check_run_inputs, loads_run_config
 from rlx_launch import open_services
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from up_helpers import CLI, STEPS, consumed, small_sets, steps_done
 
-from rlx_controller.processes import start_time
 from rlx_controller.rollout_log import RolloutLog, decode_record
+from rlx_core.processes import start_time
 from rlx_core.proto.rollout.v1 import rollout_pb2 as pb
 from rlx_core.storage import open_storage
 from rlx_launch.local import read_services

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 import rlx_core.configs.trainer as core_trainer
-from rlx_controller.run_config import loads_run_config
 from rlx_controller.rundir import RunPaths
 from rlx_core.config import load_config
 from rlx_core.configs.objective import PRESET_DEFAULTS
+from rlx_core.configs.run import loads_run_config
 from rlx_launch.services import RunServices
 from rlx_model import init_params, tiny_config
 from rlx_trainer.config import OptimizerConfig, TrainerConfig

@@ -31,10 +31,10 @@ from typing import Any
 import pytest
 from up_helpers import CLI, STEPS, small_sets, steps_done
 
-from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_core.config import to_toml
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.storage import open_storage
+from rlx_data import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_testing.fake_compute import FakeComputeApi
 from rlx_testing.fake_tpu import FakeTpuApi
 

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_core.config import to_toml
+from rlx_data import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_testing import tree
 
 runner = CliRunner()

@@ -15,11 +15,11 @@ import pytest
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_controller.rollout_log import RolloutLog
 from rlx_core.config import to_toml
 from rlx_core.rollout import Judgement, RolloutGroup, RolloutSample, RolloutUnit
 from rlx_core.storage import open_storage
+from rlx_data import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_testing import tree
 
 runner = CliRunner()

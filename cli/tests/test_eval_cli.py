@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from rlx_cli.eval_cmd import summary_tables
 from rlx_cli.main import app
-from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_controller.evaluation import EvalSample, summarize
 from rlx_core.config import to_toml
+from rlx_data import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 
 runner = CliRunner()
 

@@ -14,16 +14,16 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.demo import (
+from rlx_controller.lease import LEASE_FILE, LeaseHolder, _start_time
+from rlx_core.config import to_toml
+from rlx_core.storage import open_storage
+from rlx_data import (
     DEMO_STEPS,
     DEMO_TASK,
     base_model_dir,
     demo_config,
     write_addition_jsonl,
 )
-from rlx_controller.lease import LEASE_FILE, LeaseHolder, _start_time
-from rlx_core.config import to_toml
-from rlx_core.storage import open_storage
 
 
 def _config(tmp_path: Path, run_dir: str) -> Path:
@@ -125,8 +125,8 @@ def test_the_code_example_config_is_a_code_dataset_on_its_own_model(tmp_path: Pa
     """`rlx up --example code` trains on the code example's own data and base model, its
     programs judged as code (nothing of the addition demo)."""
     from rlx_cli.up_cmd import _load_config
-    from rlx_controller.code_demo import code_model_dir
     from rlx_controller.rundir import RunPaths
+    from rlx_data import code_model_dir
 
     cfg = _load_config(None, RunPaths.of(tmp_path / "run"), [], "code")
     assert cfg.model.path == str(code_model_dir())

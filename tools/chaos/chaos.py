@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from rlx_controller import read_holder
-from rlx_controller.processes import Process
 from rlx_core.errors import RlxError
+from rlx_core.processes import Process
 from rlx_core.storage import open_storage
 from rlx_launch import read_services, service_process
 
@@ -181,7 +181,7 @@ def finished(run_dir: Path, steps: int) -> bool:
 
 def service_procs(run_dir: Path) -> dict[str, Process]:
     """The run's services that still run as the processes it recorded (pid, start time and run,
-    rlx_controller.processes): a pid the system has given to another process is left alone."""
+    rlx_core.processes): a pid the system has given to another process is left alone."""
     try:
         handles = read_services(run_dir)
     except RlxError:  # not a services file rlx wrote (a missing one reads as {})

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlx_controller.demo import AdditionTask, addition_answer_correct, demo_token_counts
 from rlx_core.tokenizer import Tokenizer
+from rlx_data import AdditionTask, addition_answer_correct, demo_token_counts
 from rlx_model import ModelConfig, forward, logits, token_logprobs
 
 

@@ -1,4 +1,4 @@
-"""JAX helpers for the code example (rlx_controller.code_demo): fixed-shape encoding with the
+"""JAX helpers for the code example (rlx_data.code_demo): fixed-shape encoding with the
 checkpoint's own tokenizer, batched sampling (addition_lm's `sample`), and judging responses in
 the verifier's sandbox without services. Used by tools/demo/code_sft.py (the base model) and
 tools/bench/e2e/code_floor.py (the single-process GRPO floor).
@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from addition_lm import sample
 
-from rlx_controller.code_demo import (
+from rlx_core.tokenizer import Tokenizer
+from rlx_data import (
     ArithCodeTask,
     ArithProblem,
     code_token_counts,
+    extract_program,
 )
-from rlx_controller.code_tasks import extract_program
-from rlx_core.tokenizer import Tokenizer
 from rlx_model import ModelConfig
 from rlx_verifier import TestCase, Verifier
 from rlx_verifier.config import JudgeConfig

@@ -11,7 +11,7 @@ on the prompt's example and WA on the hidden test: the base model writes that on
 
 The SFT trains on exactly what the controller feeds the model: the record's prompt as the
 user's turn rendered with the chat template, then the target response (a fenced python block,
-rlx_controller.code_demo's `ArithProblem.response`) and `<|im_end|>`. Pass@1 is judged in the
+rlx_data.code_demo's `ArithProblem.response`) and `<|im_end|>`. Pass@1 is judged in the
 verifier's sandbox on the hidden tests.
 """
 
@@ -46,8 +46,8 @@ from make_goldens import (  # noqa: E402
 )
 from sft import CHAT_TEMPLATE, MAX_POSITIONS, model_config  # noqa: E402
 
-from rlx_controller.code_demo import CODE_TASK, ArithCodeTask, code_splits  # noqa: E402
 from rlx_core.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
+from rlx_data import CODE_TASK, ArithCodeTask, code_splits  # noqa: E402
 from rlx_model import forward, init_params, logits, save_checkpoint  # noqa: E402
 
 HIDDEN = 64

@@ -32,7 +32,7 @@ from rlx_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
     from rlx_controller.evaluation import EvalSample, EvalSummary
-    from rlx_controller.run_config import RunConfig
+    from rlx_core.configs.run import RunConfig
 
 __all__ = ["eval_command", "register", "summary_tables"]
 
@@ -99,7 +99,7 @@ def _config(
 ) -> RunConfig:
     """CONFIG; without it, the run's own config with --run, else the built-in example's."""
     from rlx_cli.up_cmd import EXAMPLES, _load_config, _paths
-    from rlx_controller.run_config import loads_run_config
+    from rlx_core.configs.run import loads_run_config
 
     if example is not None:
         if example not in EXAMPLES:
@@ -117,7 +117,7 @@ def _config(
 def _run_base_model(run: str, cfg: RunConfig, config: str | None) -> str:
     """The run's base model (`[model] path` of its config.toml; its tokenizer goes with the
     export): `cfg`'s when cfg is the run's own config."""
-    from rlx_controller.run_config import loads_run_config
+    from rlx_core.configs.run import loads_run_config
 
     if config is None:
         return cfg.model.path

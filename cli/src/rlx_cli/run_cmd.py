@@ -34,8 +34,8 @@ from rlx_core.errors import NotFound, RlxError
 
 if TYPE_CHECKING:
     from rlx_controller import LeaseHolder, RunPaths
-    from rlx_controller.processes import Process
     from rlx_core.clients import ControllerClient
+    from rlx_core.processes import Process
 
 __all__ = ["detach", "live_controller", "register", "run_status", "take_snapshot"]
 

@@ -59,16 +59,19 @@ def _paths(run_dir: str | Path, work_dir: Path | None) -> RunPaths:
 def _load_config(
     config: str | None, paths: RunPaths, overrides: list[str], example: str = "addition"
 ) -> Any:
-    from rlx_controller.code_demo import (
+    from rlx_core.config import to_toml
+    from rlx_core.configs.run import load_run_config, loads_run_config
+    from rlx_core.storage import join_uri
+    from rlx_data import (
         CODE_TASK,
+        DEMO_TASK,
+        base_model_dir,
         code_demo_config,
         code_model_dir,
+        demo_config,
+        write_addition_jsonl,
         write_code_jsonl,
     )
-    from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
-    from rlx_controller.run_config import load_run_config, loads_run_config
-    from rlx_core.config import to_toml
-    from rlx_core.storage import join_uri
 
     sets = [f"run_dir={paths.uri}", *overrides]
     if config is None:
@@ -328,7 +331,7 @@ def up(
             _fail(f"--provider {provider!r}: one of {', '.join(PROVIDERS)}")
         overrides = [*overrides, f"services.provider={provider}"]
     if run_dir is None and config is not None:
-        from rlx_controller.run_config import load_run_config
+        from rlx_core.configs.run import load_run_config
 
         try:
             run_dir = load_run_config(config, overrides=tuple(overrides)).run_dir
@@ -386,8 +389,8 @@ def _prepare_up(
 def _run_config(paths: RunPaths) -> Any:
     """The config `rlx up` saved in the run directory, after checking its run.json; exits naming
     what is missing or damaged, before anything is started or written."""
-    from rlx_controller.run_config import loads_run_config
     from rlx_controller.rundir import CONFIG_FILE, read_run_info, read_text
+    from rlx_core.configs.run import loads_run_config
 
     try:
         if not paths.storage.exists(CONFIG_FILE):

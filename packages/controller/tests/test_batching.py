@@ -11,17 +11,16 @@ from typing import Any
 import numpy as np
 
 from rlx_controller.batching import build_batch, judge_metrics
-from rlx_controller.datasets import mixture_sources
-from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_controller.inputs import fitting_sources, load_datasets
-from rlx_controller.mixture import PromptMixture
+from rlx_controller.mixture import PromptMixture, mixture_sources
 from rlx_controller.prompts import PromptIds
 from rlx_controller.rollout_log import decode_record, encode_record
-from rlx_controller.run_config import RunConfig, loads_run_config
 from rlx_controller.schedule import Schedule
 from rlx_core.config import to_toml
+from rlx_core.configs.run import RunConfig, loads_run_config
 from rlx_core.rollout import RolloutGroup, RolloutSample, RolloutUnit
 from rlx_core.tokenizer import Tokenizer, load_tokenizer
+from rlx_data import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 
 B, G = 4, 4
 

@@ -279,7 +279,7 @@ def test_a_controller_without_a_run(tmp_path: Path) -> None:
 def test_read_controller_only_names_a_running_controller(tmp_path: Path) -> None:
     import subprocess
 
-    from rlx_controller.processes import start_time
+    from rlx_core.processes import start_time
 
     me = {"address": "127.0.0.1:1", "pid": os.getpid(), "token_file": str(tmp_path / "t")}
     path = tmp_path / CONTROLLER_SERVICE

@@ -13,7 +13,7 @@ import pytest
 
 from rlx_controller import lease as lease_mod
 from rlx_controller.lease import LEASE_FILE, STALE_S, Lease, LeaseHolder, RunBusy, read_holder
-from rlx_controller.processes import start_time
+from rlx_core.processes import start_time
 from rlx_core.storage import Storage, open_storage
 
 

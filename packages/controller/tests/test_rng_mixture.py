@@ -8,8 +8,8 @@ import collections
 import pytest
 
 from rlx_controller.mixture import MixtureSource, MixtureState, PromptMixture
-from rlx_controller.rng import KeyedPermutation, randbelow, random_u64, sample_seed, uniform
 from rlx_core.errors import Corrupt, InvalidArgument
+from rlx_core.rng import KeyedPermutation, randbelow, random_u64, sample_seed, uniform
 
 
 def test_draws_are_pure_functions_of_their_address() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import google.auth
 import pytest
 
-from rlx_controller.run_config import loads_run_config
+from rlx_core.configs.run import loads_run_config
 from rlx_core.errors import PermissionDenied
 from rlx_launch.gcp import GcpApi
 from rlx_launch.gcp.base import ProvisionFailed, state_lines

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from rlx_controller.demo import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
-from rlx_controller.run_config import RunConfig, loads_run_config
 from rlx_controller.rundir import RunPaths
 from rlx_controller.service_set import ServiceSet
 from rlx_core.clients import InferenceClient, ParamServerClient, TrainerClient, VerifierClient
+from rlx_core.configs.run import RunConfig, loads_run_config
 from rlx_core.errors import ConfigError
+from rlx_data import DEMO_TASK, base_model_dir, demo_config, write_addition_jsonl
 from rlx_launch import open_services
 from rlx_launch.local import read_services
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from rlx_controller.run_config import RunConfig, config_hash, loads_run_config
 from rlx_controller.rundir import RunPaths
 from rlx_core import DISTRIBUTIONS
+from rlx_core.configs.run import RunConfig, config_hash, loads_run_config
 from rlx_core.errors import Cancelled, ConfigError, DeadlineExceeded
 from rlx_launch.gcp.tpu import ProvisionFailed, TpuApi
 from rlx_launch.node import exit_key

@@ -20,13 +20,13 @@ from typing import Any, Literal, get_args, get_origin
 
 import pytest
 
-from rlx_controller.run_config import RunConfig, config_hash, loads_run_config
-from rlx_controller.run_sections import InferenceSection, TrainerSection
 from rlx_controller.rundir import RunPaths
 from rlx_core.config import load_config, loads_config
 from rlx_core.configs.inference import InferenceConfig
 from rlx_core.configs.objective import PRESET_DEFAULTS, presets_taking
 from rlx_core.configs.paramserver import ParamServerConfig
+from rlx_core.configs.run import RunConfig, config_hash, loads_run_config
+from rlx_core.configs.run_sections import InferenceSection, TrainerSection
 from rlx_core.configs.server import ServerConfig
 from rlx_core.configs.trainer import MeshConfig, ModelOptions, TrainerConfig
 from rlx_core.configs.verifier import VerifierConfig

@@ -1,4 +1,4 @@
-"""A minimal single-process GRPO loop on the code example (rlx_controller.code_demo).
+"""A minimal single-process GRPO loop on the code example (rlx_data.code_demo).
 
 Same model (tools/demo/code_model, its prompts rendered with its chat template), task, batch B
 and group size G as `rlx up --example code`, but no services, no RPC, no snapshots, no rollout
@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT / "tools" / "demo"))
 from addition_lm import response_logprobs, sample  # noqa: E402  (tools/ is not a package)
 from code_lm import CodeCodec, Judge, pass_at_1  # noqa: E402
 
-from rlx_controller.code_demo import (  # noqa: E402
+from rlx_core.tokenizer import load_tokenizer  # noqa: E402
+from rlx_data import (  # noqa: E402
     CODE_GROUP,
     CODE_LR,
     CODE_PROMPTS,
@@ -45,12 +46,11 @@ from rlx_controller.code_demo import (  # noqa: E402
     ArithCodeTask,
     code_splits,
 )
-from rlx_core.tokenizer import load_tokenizer  # noqa: E402
 from rlx_model import load_checkpoint  # noqa: E402
 from rlx_trainer.objective import ObjectiveBatch, preset  # noqa: E402
 
 BASE_MODEL = ROOT / "tools" / "demo" / "code_model"
-# The example's RL settings (rlx_controller.code_demo's run config uses the same).
+# The example's RL settings (rlx_data.code_demo's run config uses the same).
 B, G = CODE_PROMPTS, CODE_GROUP
 LR = CODE_LR
 TEMPERATURE = 1.0

@@ -57,15 +57,8 @@ from common import uptime  # noqa: E402  (tools/ is not a package)
 from timing import Timed, Timings  # noqa: E402  (tools/ is not a package)
 
 from rlx_controller.batching import build_batch  # noqa: E402
-from rlx_controller.demo import (  # noqa: E402
-    DEMO_TASK,
-    base_model_dir,
-    demo_config,
-    write_addition_jsonl,
-)
 from rlx_controller.driver import Driver  # noqa: E402
 from rlx_controller.progress import untimed  # noqa: E402
-from rlx_controller.run_config import RunConfig, loads_run_config  # noqa: E402
 from rlx_controller.service_set import Clients  # noqa: E402
 from rlx_core.clients import GenerateResult, StepResult, TrainBatch  # noqa: E402
 from rlx_core.clients import WorkUnit as GenUnit  # noqa: E402
@@ -74,7 +67,14 @@ from rlx_core.clients.paramserver import TensorSpec  # noqa: E402
 from rlx_core.clients.trainer import InitResult  # noqa: E402
 from rlx_core.clients.verifier import SampleResult, VerifySample  # noqa: E402
 from rlx_core.config import to_toml  # noqa: E402
+from rlx_core.configs.run import RunConfig, loads_run_config  # noqa: E402
 from rlx_core.errors import FailedPrecondition  # noqa: E402
+from rlx_data import (  # noqa: E402
+    DEMO_TASK,
+    base_model_dir,
+    demo_config,
+    write_addition_jsonl,
+)
 
 __all__ = ["LatencyModel", "SimServices", "main", "sim_driver", "simulate"]
 

@@ -7,35 +7,17 @@ and exact resume. Never imports JAX.
 
 from rlx_controller._version import __version__
 from rlx_controller.config import ControllerConfig
-from rlx_controller.datasets import (
-    Dataset,
-    Prompt,
-    load_dataset,
-    load_prefilter,
-    mixture_sources,
-    read_jsonl,
-    read_parquet,
-)
-from rlx_controller.demo import (
-    AdditionTask,
-    addition_answer_correct,
-    addition_splits,
-    write_addition_jsonl,
-)
 from rlx_controller.driver import Driver, Progress
-from rlx_controller.gold_answers import boxed_answer, gsm8k_answer
 from rlx_controller.lease import LeaseHolder, read_holder
 from rlx_controller.metrics import METRICS_FILE, METRICS_PARTS, read_uploaded
-from rlx_controller.mixture import MixtureSource, MixtureState, PromptMixture, PromptRef
-from rlx_controller.rng import KeyedPermutation, randbelow, random_u64, sample_seed, uniform
-from rlx_controller.rollout_log import LogScan, RolloutLog, decode_record, encode_record
-from rlx_controller.run_config import (
-    RunConfig,
-    check_run_inputs,
-    config_hash,
-    load_run_config,
-    loads_run_config,
+from rlx_controller.mixture import (
+    MixtureSource,
+    MixtureState,
+    PromptMixture,
+    PromptRef,
+    mixture_sources,
 )
+from rlx_controller.rollout_log import LogScan, RolloutLog, decode_record, encode_record
 from rlx_controller.rundir import (
     CONFIG_FILE,
     CONTROLLER_PID,
@@ -60,6 +42,28 @@ from rlx_controller.server import read_controller, serve, serve_run
 from rlx_controller.service import ControllerService, RunControl
 from rlx_controller.service_set import Clients, ServiceSet
 from rlx_controller.snapshot import Snapshot, SnapshotEntry, SnapshotStore
+from rlx_core.configs.run import (
+    RunConfig,
+    check_run_inputs,
+    config_hash,
+    load_run_config,
+    loads_run_config,
+)
+from rlx_core.rng import KeyedPermutation, randbelow, random_u64, sample_seed, uniform
+from rlx_data import (
+    AdditionTask,
+    Dataset,
+    Prompt,
+    addition_answer_correct,
+    addition_splits,
+    boxed_answer,
+    gsm8k_answer,
+    load_dataset,
+    load_prefilter,
+    read_jsonl,
+    read_parquet,
+    write_addition_jsonl,
+)
 
 __all__ = [
     "CONFIG_FILE",

@@ -17,11 +17,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlx_controller.code_tasks import NO_CODE
-from rlx_controller.run_config import RunConfig
 from rlx_controller.schedule import GroupRef, WorkUnit, select_groups
 from rlx_core.clients import TrainBatch
+from rlx_core.configs.run import RunConfig
 from rlx_core.rollout import RolloutGroup, RolloutUnit
+from rlx_data import NO_CODE
 
 __all__ = ["Filled", "build_batch", "fill_arrays", "judge_metrics", "uniform"]
 

@@ -56,7 +56,6 @@ from rlx_controller.metrics import METRICS_FILE, MetricsUpload
 from rlx_controller.pipeline import Pipeline, Stop
 from rlx_controller.progress import MetricsLines, Progress, RunSummary, Stage, untimed
 from rlx_controller.rollout_log import RolloutLog
-from rlx_controller.run_config import RunConfig, config_hash
 from rlx_controller.rundir import CONTROLLER_PID, RUN_INFO, SUMMARY_FILE, RunPaths, read_run_info
 from rlx_controller.service_set import OpenServices, ServiceSet
 from rlx_controller.session import ComponentFailed, Session, params_hash, start_session
@@ -64,6 +63,7 @@ from rlx_controller.snapshot import Snapshot, SnapshotStore
 from rlx_controller.snapshot_writer import SnapshotRequests, SnapshotWriter
 from rlx_controller.units import TrainingUnits, UnitRunner
 from rlx_core.clients import StepResult
+from rlx_core.configs.run import RunConfig, config_hash
 from rlx_core.errors import RlxError
 
 __all__ = ["ComponentFailed", "Driver", "Progress", "RunSummary", "params_hash"]

@@ -26,17 +26,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.datasets import Dataset, Prompt
 from rlx_controller.inputs import eval_prompts, run_tokenizer
 from rlx_controller.prompts import PromptIds
-from rlx_controller.rng import sample_seed
-from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
 from rlx_controller.service_set import OpenServices
 from rlx_controller.session import base_model_session
 from rlx_controller.units import UnitRunner
 from rlx_core.clients import Sampling
 from rlx_core.clients.verifier import EXCLUDED
+from rlx_core.configs.run import RunConfig
+from rlx_core.rng import sample_seed
+from rlx_data import Dataset, Prompt
 
 __all__ = [
     "EvalSample",

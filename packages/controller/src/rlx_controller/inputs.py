@@ -9,14 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlx_controller.datasets import Dataset, load_dataset, load_prefilter, mixture_sources
-from rlx_controller.mixture import MixtureSource, PromptMixture
+from rlx_controller.mixture import MixtureSource, PromptMixture, mixture_sources
 from rlx_controller.prompts import PromptIds
-from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import read_run_info
 from rlx_controller.schedule import Schedule
+from rlx_core.configs.run import RunConfig
 from rlx_core.errors import ConfigError, RlxError
 from rlx_core.tokenizer import Tokenizer, load_tokenizer
+from rlx_data import Dataset, load_dataset, load_prefilter
 
 __all__ = [
     "RunInputs",

@@ -35,8 +35,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from rlx_controller.processes import Process, identify, start_time
 from rlx_core.errors import FailedPrecondition, NotFound, RlxError
+from rlx_core.processes import Process, identify, start_time
 from rlx_core.storage import Storage
 
 __all__ = ["LEASE_FILE", "RENEW_S", "STALE_S", "Lease", "LeaseHolder", "RunBusy"]
@@ -78,7 +78,7 @@ class LeaseHolder:
     def process(self) -> Process | None:
         """The holder's process when it runs on this host and is still that process (its pid's
         start time is the recorded one); None otherwise. The lease is the run's own record of
-        its controller, so it is the run check (rlx_controller.processes)."""
+        its controller, so it is the run check (rlx_core.processes)."""
         if self.host != socket.gethostname() or self.pid_start is None:
             return None
         return identify(self.pid, self.pid_start, in_run=lambda _pid: True)

@@ -9,19 +9,24 @@ dataset): save it, and a restored mixture continues exactly.
 
     mix = PromptMixture([MixtureSource("math", 2.0, rows=range(1000)), ...], seed=7)
     refs, state = mix.draw(mix.initial_state(), 32)
+
+A run's sources are its datasets, each kept to the rows its pre-filter keeps:
+`mixture_sources(cfg, datasets, load_prefilter(cfg.prefilter.file))`.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlx_controller.rng import KeyedPermutation, uniform
-from rlx_core.errors import Corrupt, InvalidArgument
+from rlx_core.configs.run import RunConfig
+from rlx_core.errors import ConfigError, Corrupt, InvalidArgument
+from rlx_core.rng import KeyedPermutation, uniform
+from rlx_data import Dataset, kept_rows
 
-__all__ = ["MixtureSource", "MixtureState", "PromptMixture", "PromptRef"]
+__all__ = ["MixtureSource", "MixtureState", "PromptMixture", "PromptRef", "mixture_sources"]
 
 
 @dataclass(frozen=True)
@@ -155,3 +160,31 @@ class PromptMixture:
     def epochs(self, state: MixtureState) -> dict[str, int]:
         """The epoch each dataset is in (completed passes over its rows)."""
         return {s.name: c // len(s.rows) for s, c in zip(self.sources, state.cursors, strict=True)}
+
+
+def mixture_sources(
+    cfg: RunConfig,
+    datasets: Sequence[Dataset],
+    prefilter: Mapping[str, Mapping[int, float]] | None = None,
+) -> list[MixtureSource]:
+    """The mixture's sources for the run's datasets, pre-filtered; ConfigError naming the
+    dataset when none of its prompts is left."""
+    prefilter = prefilter or {}
+    unknown = sorted(set(prefilter) - {d.name for d in datasets})
+    if unknown:
+        raise ConfigError(
+            f"the pre-filter file names datasets the config does not have: {', '.join(unknown)}",
+            field="prefilter.file",
+        )
+    sources = []
+    for i, ds in enumerate(datasets):
+        rows = kept_rows(len(ds), ds.name, prefilter, cfg.prefilter)
+        if not rows:
+            raise ConfigError(
+                f"the pre-filter keeps none of {ds.name!r}'s {len(ds)} prompts (pass rate "
+                f"strictly between {cfg.prefilter.min_pass_rate} and "
+                f"{cfg.prefilter.max_pass_rate})",
+                field=f"datasets[{i}]",
+            )
+        sources.append(MixtureSource(ds.name, ds.config.weight, rows))
+    return sources

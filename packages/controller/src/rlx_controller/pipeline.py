@@ -23,10 +23,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from rlx_controller.batching import uniform
-from rlx_controller.run_config import RunConfig
 from rlx_controller.schedule import Schedule, WorkUnit, budget_prompts, refill_count
 from rlx_controller.units import TrainingUnits
 from rlx_core.clients import TrainBatch
+from rlx_core.configs.run import RunConfig
 from rlx_core.rollout import RolloutUnit
 
 __all__ = ["Pipeline", "Stop"]

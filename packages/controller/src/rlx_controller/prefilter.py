@@ -22,17 +22,17 @@ from typing import Any
 
 import numpy as np
 
-from rlx_controller.datasets import Dataset
 from rlx_controller.inputs import load_datasets, run_tokenizer
 from rlx_controller.prompts import PromptIds
-from rlx_controller.rng import sample_seed
-from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
 from rlx_controller.service_set import OpenServices
 from rlx_controller.session import base_model_session
 from rlx_controller.units import UnitRunner
 from rlx_core.clients import Sampling
+from rlx_core.configs.run import RunConfig
+from rlx_core.rng import sample_seed
 from rlx_core.storage import open_storage
+from rlx_data import Dataset
 
 __all__ = ["prefilter"]
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from rlx_controller.datasets import Dataset, Prompt
 from rlx_core.errors import ConfigError, InvalidArgument
 from rlx_core.tokenizer import Tokenizer
+from rlx_data import Dataset, Prompt
 
 __all__ = ["PromptIds", "prompt_ids"]
 

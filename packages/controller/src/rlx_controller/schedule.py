@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlx_controller.mixture import MixtureState, PromptMixture, PromptRef
-from rlx_controller.rng import randbelow, sample_seed, uniform
-from rlx_controller.run_config import RunConfig
+from rlx_core.configs.run import RunConfig
 from rlx_core.errors import ConfigError, Corrupt, InvalidArgument
+from rlx_core.rng import randbelow, sample_seed, uniform
 
 __all__ = [
     "BatchPlan",

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rlx_controller.code_tasks import no_code_result
-from rlx_controller.datasets import Prompt
 from rlx_core.clients.verifier import EXCLUDED, SampleResult, VerifySample
 from rlx_core.errors import InvalidArgument
+from rlx_data import Prompt, no_code_result
 
 __all__ = ["refused", "score_responses"]
 

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from rlx_controller.config import ControllerConfig
-from rlx_controller.processes import start_time
 from rlx_controller.rundir import CONTROLLER_PID
 from rlx_controller.service import ControllerService, RunControl
 from rlx_controller.servicer import registrations
 from rlx_core.lifecycle import State
+from rlx_core.processes import start_time
 from rlx_core.rpc.auth import create_token_file
 from rlx_core.rpc.server import build_server
 from rlx_core.serving import LifecycleServicer, ServerConfig, run_service, service_main

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from rlx_controller.run_config import RunConfig
     from rlx_controller.rundir import RunPaths
+    from rlx_core.configs.run import RunConfig
 
 __all__ = ["Clients", "OpenServices", "ServiceSet"]
 

@@ -25,12 +25,12 @@ from typing import Any
 
 from rlx_controller.liveness import Liveness, NotAnswering
 from rlx_controller.progress import Progress
-from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
 from rlx_controller.service_set import Clients, OpenServices, ServiceSet
 from rlx_core.clients import VerifySample
 from rlx_core.clients import WorkUnit as GenUnit
 from rlx_core.clients.paramserver import TensorSpec
+from rlx_core.configs.run import RunConfig
 from rlx_core.errors import DeadlineExceeded, FailedPrecondition, NotFound, RlxError, Unavailable
 
 __all__ = [

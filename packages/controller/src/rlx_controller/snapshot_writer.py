@@ -20,9 +20,9 @@ from rlx_controller.metrics import MetricsUpload
 from rlx_controller.mixture import PromptMixture
 from rlx_controller.progress import Progress, Stage, untimed
 from rlx_controller.rollout_log import RolloutLog
-from rlx_controller.run_config import RunConfig, config_hash
 from rlx_controller.schedule import Schedule, WorkUnit
 from rlx_controller.snapshot import Snapshot, SnapshotStore
+from rlx_core.configs.run import RunConfig, config_hash
 from rlx_core.errors import FailedPrecondition
 
 if TYPE_CHECKING:

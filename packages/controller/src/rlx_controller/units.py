@@ -18,19 +18,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlx_controller.datasets import Prompt
 from rlx_controller.inputs import RunInputs
 from rlx_controller.progress import Stage, untimed
 from rlx_controller.rollout_log import RolloutLog
-from rlx_controller.run_config import RunConfig
 from rlx_controller.schedule import WorkUnit
 from rlx_controller.scoring import score_responses
 from rlx_controller.session import Session
 from rlx_core.clients import Sampling
 from rlx_core.clients import WorkUnit as GenUnit
 from rlx_core.clients.verifier import SampleResult
+from rlx_core.configs.run import RunConfig
 from rlx_core.rollout import RolloutUnit
 from rlx_core.tokenizer import Tokenizer
+from rlx_data import Prompt
 
 __all__ = ["Judged", "TrainingUnits", "UnitRunner"]
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
 from rlx_controller.service_set import ServiceSet
+from rlx_core.configs.run import RunConfig
 from rlx_core.rpc.auth import create_token_file
 from rlx_launch._version import __version__
 from rlx_launch.gcp import GcpApi

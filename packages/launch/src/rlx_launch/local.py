@@ -10,7 +10,7 @@ The state of the services (name, pid and the process's start time, address, log,
 kept in `<run>/services.json` for `rlx status` and `rlx down` from another terminal. Each service
 runs with `RLX_RUN_DIR` (the run's work directory) in its environment: a recorded service is that
 process only while its pid, start time and run all agree (`service_process`,
-rlx_controller.processes); a pid the system has since given to another process is never
+rlx_core.processes); a pid the system has since given to another process is never
 signalled.
 """
 
@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
-from rlx_controller.processes import Process, belongs_to_run, identify, run_env, start_time
 from rlx_core.clients import LifecycleClient
 from rlx_core.errors import Corrupt, DeadlineExceeded, InvalidArgument, RlxError, Unavailable
 from rlx_core.lifecycle import StatusInfo
+from rlx_core.processes import Process, belongs_to_run, identify, run_env, start_time
 
 __all__ = [
     "KINDS",
@@ -89,7 +89,7 @@ class ServiceHandle:
     port: int
     restarts: int = 0
     started_at: float = 0.0
-    # the process's start time, clock ticks after boot (rlx_controller.processes); None in
+    # the process's start time, clock ticks after boot (rlx_core.processes); None in
     # records written before start times were
     pid_start: int | None = None
 
@@ -383,7 +383,7 @@ def process_cmdline(pid: int) -> bytes:
 def service_process(handle: ServiceHandle, run_dir: str | os.PathLike[str]) -> Process | None:
     """The process of the recorded service `handle` of the run in `run_dir`, while it is still
     that process: its pid's start time is the recorded one, it is one of this run's
-    (rlx_controller.processes.belongs_to_run) and an argument of its command line is
+    (rlx_core.processes.belongs_to_run) and an argument of its command line is
     `rlx_<kind>` (as `service_command` writes it). None means gone: a recorded pid may since
     belong to another program, or to a service of another run, and is never signalled."""
     module = KINDS.get(handle.kind, "").encode()

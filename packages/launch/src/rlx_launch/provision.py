@@ -27,9 +27,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from rlx_controller.run_config import RunConfig
 from rlx_core import DISTRIBUTIONS
 from rlx_core.configs.provision import DEFAULT_DISK_GB, DEFAULT_IMAGE, POOLS, ProvisionConfig
+from rlx_core.configs.run import RunConfig
 from rlx_core.errors import ConfigError
 from rlx_launch._version import __version__
 

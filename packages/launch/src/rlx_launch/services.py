@@ -3,7 +3,7 @@ and cleanup of services a killed controller left behind.
 
 Paramserver replicas start first (the trainer and the workers need their addresses); then the
 trainer, the inference workers and the verifier start together. Each service reads a TOML file
-`<run>/services/<name>.toml` written here (rlx_controller.service_configs, written by
+`<run>/services/<name>.toml` written here (rlx_launch.service_configs, written by
 `rlx_core.config.to_toml`), so a restart uses the same settings.
 """
 
@@ -14,23 +14,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths, sweep_temporaries
-from rlx_controller.service_configs import (
-    inference_config,
-    paramserver_config,
-    trainer_config,
-    verifier_config,
-)
 from rlx_controller.service_set import Clients
 from rlx_core.clients import InferenceClient, ParamServerClient, TrainerClient, VerifierClient
 from rlx_core.config import to_toml
+from rlx_core.configs.run import RunConfig
 from rlx_core.storage import join_uri
 from rlx_launch.local import (
     LocalProvider,
     ServiceSpec,
     read_services,
     service_process,
+)
+from rlx_launch.service_configs import (
+    inference_config,
+    paramserver_config,
+    trainer_config,
+    verifier_config,
 )
 
 __all__ = ["RunServices", "clean_up_previous", "kill_stale_services"]

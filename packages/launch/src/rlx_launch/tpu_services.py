@@ -23,16 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.run_config import RunConfig
 from rlx_controller.rundir import RunPaths
-from rlx_controller.service_configs import (
-    inference_config,
-    paramserver_config,
-    trainer_config,
-    verifier_config,
-)
 from rlx_core.clients import LifecycleClient
 from rlx_core.config import to_toml
+from rlx_core.configs.run import RunConfig
 from rlx_core.errors import Cancelled, ConfigError, RlxError
 from rlx_core.rpc.auth import default_token_path
 from rlx_core.storage import join_uri
@@ -41,6 +35,12 @@ from rlx_launch.gcp.base import NodeApi, state_lines
 from rlx_launch.local import ServiceHandle, write_services
 from rlx_launch.node import EVENTS_PREFIX, EXITS_PREFIX, config_key, exit_key
 from rlx_launch.provision import Plan, make_plan
+from rlx_launch.service_configs import (
+    inference_config,
+    paramserver_config,
+    trainer_config,
+    verifier_config,
+)
 from rlx_launch.services import RunServices
 
 __all__ = ["Preempted", "TpuRunServices", "tpu_token_file"]

@@ -1,6 +1,6 @@
 """`[provision]` of a run config: where a gcp-tpu run's nodes are created (Cloud TPU slices,
 Compute Engine VMs), pool by pool. rlx_launch.provision makes the plan from it; the run config
-(rlx_controller.run_config) composes it as `provision` and checks it against `[services]`."""
+(rlx_core.configs.run) composes it as `provision` and checks it against `[services]`."""
 
 from __future__ import annotations
 

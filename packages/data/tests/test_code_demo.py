@@ -1,4 +1,4 @@
-"""The code example's task (rlx_controller.code_demo): records, splits, hidden tests, and which
+"""The code example's task (rlx_data.code_demo): records, splits, hidden tests, and which
 reward hacks the hidden tests rule out, judged by the real verifier in its bubblewrap sandbox."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rlx_controller.code_demo import (
+from rlx_core.tokenizer import load_tokenizer
+from rlx_data import (
     CODE_SLACK_TOKENS,
     CODE_TASK,
     ArithCodeTask,
@@ -16,10 +17,9 @@ from rlx_controller.code_demo import (
     code_demo_config,
     code_model_dir,
     code_splits,
+    extract_program,
     write_code_jsonl,
 )
-from rlx_controller.code_tasks import extract_program
-from rlx_core.tokenizer import load_tokenizer
 from rlx_verifier import TestCase, Verifier
 from rlx_verifier.config import JudgeConfig
 

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from rlx_controller.code_tasks import NO_CODE, extract_program, no_code_result
-from rlx_controller.datasets import load_dataset
-from rlx_controller.run_config import DatasetConfig
 from rlx_core.clients.verifier import InlineTest, TestLink
+from rlx_core.configs.run import DatasetConfig
 from rlx_core.errors import ConfigError
+from rlx_data import NO_CODE, extract_program, load_dataset, no_code_result
 
 
 def test_the_last_closed_block_of_the_language_is_the_program() -> None:

@@ -1,7 +1,7 @@
 """The run config's `[trainer]` and `[inference]` tables: the services' own config sections
 (rlx_core.configs), composed, never copied. What the run decides itself (where a service listens,
 the paramserver addresses, the checkpoint directory, worker and replica numbers) is not here:
-`rlx_controller.service_configs` fills it in when it writes each service's config.
+`rlx_launch.service_configs` fills it in when it writes each service's config.
 
     [trainer.objective]   rlx_trainer's ObjectiveConfig: preset, and each override as a field
     [trainer.optimizer]   OptimizerConfig (AdamW: lr, schedule, b1, b2, eps, ...)

@@ -12,11 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rlx_controller.datasets import Prompt, load_dataset, read_jsonl, read_parquet
-from rlx_controller.gold_answers import boxed_answer, gsm8k_answer
-from rlx_controller.run_config import DatasetConfig, loads_run_config
+from rlx_core.configs.run import DatasetConfig, loads_run_config
 from rlx_core.errors import ConfigError
 from rlx_core.storage import open_storage
+from rlx_data import Prompt, boxed_answer, gsm8k_answer, load_dataset, read_jsonl, read_parquet
 
 DATA = Path(__file__).resolve().parents[3] / "testdata" / "math"
 GSM8K = DATA / "gsm8k_test.jsonl"

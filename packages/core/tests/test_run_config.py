@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rlx_controller.run_config import (
+from rlx_core.config import from_dict, to_toml
+from rlx_core.configs.run import (
     RunConfig,
     check_run_inputs,
     config_hash,
@@ -17,7 +18,6 @@ from rlx_controller.run_config import (
     loads_run_config,
     split_uri,
 )
-from rlx_core.config import from_dict, to_toml
 from rlx_core.errors import ConfigError
 
 FULL = """
@@ -238,6 +238,14 @@ def test_dynamic_sampling_needs_groups() -> None:
     with pytest.raises(ConfigError) as info:
         loads_run_config(FULL, overrides=["batch.group_size=1"])
     assert info.value.field == "batch.group_size"
+
+
+@pytest.fixture
+def math_jsonl(tmp_path: Path) -> Path:
+    """A 10-record math dataset."""
+    path = tmp_path / "math.jsonl"
+    path.write_text("".join(f'{{"prompt": "{i}+1=", "answer": "{i + 1}"}}\n' for i in range(10)))
+    return path
 
 
 def test_check_run_inputs(tmp_path: Path, math_jsonl: Path) -> None:

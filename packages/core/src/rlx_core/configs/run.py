@@ -11,8 +11,8 @@ Every mistake is a `ConfigError` naming the dotted field (`datasets[1].weight`,
 exceed `staleness.accept` (k).
 
 The services' settings are their own config classes, composed (rlx_core.configs): `[trainer]`
-(objective, optimizer, update, model, mesh, metrics: rlx_controller.run_sections), `[inference]`
-(engine, limits), `[verifier]` and `[paramserver]`; rlx_controller.service_configs writes each
+(objective, optimizer, update, model, mesh, metrics: rlx_core.configs.run_sections), `[inference]`
+(engine, limits), `[verifier]` and `[paramserver]`; rlx_launch.service_configs writes each
 service's config from them. `[provision]` (a gcp-tpu run's nodes) is
 rlx_core.configs.provision's.
 """
@@ -27,11 +27,11 @@ import string
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from rlx_controller.run_sections import InferenceSection, TrainerSection
 from rlx_core.config import config_field, load_config, loads_config, to_toml
 from rlx_core.configs.checks import at_least
 from rlx_core.configs.paramserver import ParamServerConfig
 from rlx_core.configs.provision import ProvisionConfig
+from rlx_core.configs.run_sections import InferenceSection, TrainerSection
 from rlx_core.configs.server import ServerConfig
 from rlx_core.configs.verifier import (
     LANGUAGE_ALIASES,

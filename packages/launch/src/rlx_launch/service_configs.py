@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from rlx_controller.run_config import RunConfig
 from rlx_core.configs.inference import EngineConfig, InferenceConfig, ModelSource
 from rlx_core.configs.inference import ParamServerLink as InferenceLink
 from rlx_core.configs.paramserver import ParamServerConfig
+from rlx_core.configs.run import RunConfig
 from rlx_core.configs.trainer import (
     CheckpointConfig,
     MeshConfig,

@@ -7,19 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from rlx_controller.datasets import load_dataset, load_prefilter, mixture_sources, read_jsonl
-from rlx_controller.demo import (
+from rlx_core.clients.verifier import InlineTest
+from rlx_core.configs.run import check_run_inputs, loads_run_config
+from rlx_core.errors import ConfigError
+from rlx_data import (
     DEMO_TASK,
     AdditionTask,
     addition_answer_correct,
     addition_splits,
     base_model_dir,
     demo_config,
+    kept_rows,
+    load_dataset,
+    load_prefilter,
+    read_jsonl,
     write_addition_jsonl,
 )
-from rlx_controller.run_config import check_run_inputs, loads_run_config
-from rlx_core.clients.verifier import InlineTest
-from rlx_core.errors import ConfigError
 
 
 def _cfg(tmp_path: Path, math: Path, code: Path, extra: str = "") -> str:
@@ -50,14 +53,12 @@ def test_load_render_and_prefilter(tmp_path: Path, math_jsonl: Path, code_jsonl:
         )
     )
     table = load_prefilter(str(pf))
-    sources = mixture_sources(cfg, [math, code], table)
-    assert list(sources[0].rows) == [1, 3] and list(sources[1].rows) == [0, 1, 2, 3]
-    assert sources[0].weight == 1.0
+    assert table == {"m": rates}
+    assert kept_rows(len(math), "m", table, cfg.prefilter) == [1, 3]
+    assert kept_rows(len(code), "c", table, cfg.prefilter) == [0, 1, 2, 3]
 
 
-def test_dataset_errors_name_field_file_and_line(
-    tmp_path: Path, math_jsonl: Path, code_jsonl: Path
-) -> None:
+def test_dataset_errors_name_field_file_and_line(tmp_path: Path, code_jsonl: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n')
     cfg = loads_run_config(_cfg(tmp_path, bad, code_jsonl))
@@ -69,16 +70,6 @@ def test_dataset_errors_name_field_file_and_line(
     with pytest.raises(ConfigError, match=r"bad.jsonl:2") as info:
         load_dataset(cfg.datasets[0], field_path="datasets[0]")
     assert info.value.field == "datasets[0].path"
-    cfg = loads_run_config(_cfg(tmp_path, math_jsonl, code_jsonl))
-    pf = tmp_path / "pass.jsonl"
-    pf.write_text(json.dumps({"dataset": "zz", "row": 0, "pass_rate": 0.5}) + "\n")
-    with pytest.raises(ConfigError, match="zz") as info:
-        mixture_sources(cfg, [load_dataset(d) for d in cfg.datasets], load_prefilter(str(pf)))
-    assert info.value.field == "prefilter.file"
-    pf.write_text(json.dumps({"dataset": "m", "row": 0, "pass_rate": 1.0}) + "\n")
-    with pytest.raises(ConfigError, match="keeps none") as info:
-        mixture_sources(cfg, [load_dataset(d) for d in cfg.datasets], load_prefilter(str(pf)))
-    assert info.value.field == "datasets[0]"
 
 
 def test_jsonl_from_object_storage(run_root: str) -> None:

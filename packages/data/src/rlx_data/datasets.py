@@ -4,7 +4,7 @@ pre-filtered by base-model pass rates.
 
     ds = load_dataset(cfg.datasets[0], field_path="datasets[0]")
     ds.prompt(17)            # Prompt(id="math/17", messages=(...), text=..., answer=..., ...)
-    sources = mixture_sources(cfg, datasets, load_prefilter(cfg.prefilter.file))
+    kept_rows(len(ds), ds.name, load_prefilter(cfg.prefilter.file), cfg.prefilter)  # [0, 2, ...]
 
 A record's prompt is either its `messages_field` (chat turns `{"role", "content"}` ending with a
 user turn) or its `prompt_field` put into the config's `template` (one user turn). Its gold
@@ -13,7 +13,7 @@ answer is `answer_field`, as is or extracted (`answer_format`: a GSM8K `#### N` 
 config field (`datasets[0].answer_field`), the file and the record: `file:LINE` (1-based) for
 JSONL, `file row N` (0-based, as in prompt ids) for Parquet. A code dataset's limits (its
 own, each row's, its manifest's) and the manifest's links are checked against the run's
-verifier (rlx_controller.code_tasks), so a row that loads is a row the verifier judges.
+verifier (rlx_data.code_tasks), so a row that loads is a row the verifier judges.
 
 Reading is bounded: a file is read in pieces, a `.jsonl.gz` decompressed as a stream and
 refused past MAX_DECOMPRESSED_BYTES, a JSONL line longer than MAX_LINE_BYTES or a JSON value
@@ -37,14 +37,13 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlx_controller.code_tasks import BadRecord, CodeTask, brief, code_task, manifest_problems
-from rlx_controller.gold_answers import gold_answer
-from rlx_controller.mixture import MixtureSource
-from rlx_controller.run_config import DatasetConfig, PrefilterConfig, RunConfig, split_uri
+from rlx_core.configs.run import DatasetConfig, PrefilterConfig, split_uri
 from rlx_core.configs.verifier import JudgeConfig
 from rlx_core.errors import ConfigError, InvalidArgument, RlxError
 from rlx_core.jsonlimits import loads_bounded
 from rlx_core.storage import open_storage
+from rlx_data.code_tasks import BadRecord, CodeTask, brief, code_task, manifest_problems
+from rlx_data.gold_answers import gold_answer
 
 __all__ = [
     "Dataset",
@@ -52,7 +51,6 @@ __all__ = [
     "kept_rows",
     "load_dataset",
     "load_prefilter",
-    "mixture_sources",
     "read_jsonl",
     "read_parquet",
 ]
@@ -547,31 +545,3 @@ def kept_rows(
     return [
         r for r in range(size) if r in rates and cfg.min_pass_rate < rates[r] < cfg.max_pass_rate
     ]
-
-
-def mixture_sources(
-    cfg: RunConfig,
-    datasets: Sequence[Dataset],
-    prefilter: Mapping[str, Mapping[int, float]] | None = None,
-) -> list[MixtureSource]:
-    """The mixture's sources for the run's datasets, pre-filtered; ConfigError naming the
-    dataset when none of its prompts is left."""
-    prefilter = prefilter or {}
-    unknown = sorted(set(prefilter) - {d.name for d in datasets})
-    if unknown:
-        raise ConfigError(
-            f"the pre-filter file names datasets the config does not have: {', '.join(unknown)}",
-            field="prefilter.file",
-        )
-    sources = []
-    for i, ds in enumerate(datasets):
-        rows = kept_rows(len(ds), ds.name, prefilter, cfg.prefilter)
-        if not rows:
-            raise ConfigError(
-                f"the pre-filter keeps none of {ds.name!r}'s {len(ds)} prompts (pass rate "
-                f"strictly between {cfg.prefilter.min_pass_rate} and "
-                f"{cfg.prefilter.max_pass_rate})",
-                field=f"datasets[{i}]",
-            )
-        sources.append(MixtureSource(ds.name, ds.config.weight, rows))
-    return sources

@@ -8,8 +8,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.demo import DEMO_TASK, addition_splits, base_model_dir
 from rlx_core.tokenizer import load_tokenizer
+from rlx_data import DEMO_TASK, addition_splits, base_model_dir
 
 BASE = base_model_dir()
 FILES = (

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rlx_controller.run_config import DatasetConfig
 from rlx_core.clients.verifier import InlineTest, SampleResult, TestLink, VerifySample
+from rlx_core.configs.run import DatasetConfig
 from rlx_core.configs.verifier import LANGUAGES, JudgeConfig, canonical_language
 from rlx_core.storage import join_uri
 

@@ -17,13 +17,12 @@ from typing import Any
 
 import pytest
 
-from rlx_controller import datasets
-from rlx_controller.datasets import load_dataset, read_jsonl, read_parquet
-from rlx_controller.run_config import DatasetConfig
 from rlx_controller.scoring import score_responses
 from rlx_core.clients.verifier import SampleResult, VerifySample
+from rlx_core.configs.run import DatasetConfig
 from rlx_core.configs.verifier import JudgeConfig
 from rlx_core.errors import ConfigError, InvalidArgument
+from rlx_data import datasets, load_dataset, read_jsonl, read_parquet
 from rlx_verifier.config import VerifierConfig
 from rlx_verifier.service import VerifierService
 

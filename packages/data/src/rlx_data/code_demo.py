@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.rng import KeyedPermutation
-from rlx_controller.run_config import RunConfig, loads_run_config
+from rlx_core.configs.run import RunConfig, loads_run_config
+from rlx_core.rng import KeyedPermutation
 from rlx_core.storage import join_uri
 from rlx_core.tokenizer import Tokenizer, load_tokenizer
 
