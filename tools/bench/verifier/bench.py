@@ -35,7 +35,7 @@ from pathlib import Path
 from rlx_verifier import Verifier
 from rlx_verifier.config import JudgeConfig
 from rlx_verifier.languages import PYTHON
-from rlx_verifier.sandbox import _filter_fd, _ForkServer
+from rlx_verifier.sandbox import ForkServer, seccomp_fd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import uptime
@@ -164,10 +164,10 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     # 2. where the time goes
     sample = pairs[:: max(1, len(pairs) // args.layers)][: args.layers]
     phases: list[dict[str, float]] = []
-    call = _ForkServer.call
+    call = ForkServer.call
 
     def traced(
-        self: _ForkServer, request: dict[str, object], fds: list[int], *rest: object
+        self: ForkServer, request: dict[str, object], fds: list[int], *rest: object
     ) -> dict[str, object]:
         sent = time.monotonic()
         reply = call(self, request, fds, *rest)  # type: ignore[arg-type]
@@ -176,12 +176,12 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         phases.append(marks)
         return reply
 
-    _ForkServer.call = traced  # type: ignore[method-assign]
+    ForkServer.call = traced  # type: ignore[method-assign]
     bare_sample = []
     for pair in sample:
         bare_sample.append(bare(pair))
         forked(pair)
-    _ForkServer.call = call  # type: ignore[method-assign]
+    ForkServer.call = call  # type: ignore[method-assign]
     steps = [
         ("verifier -> server", "sent", "received"),
         ("clone, new namespaces", "received", "init"),
@@ -218,7 +218,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         return full + sb._prlimit(limits) + prog
 
     def layer(kind: str, k: int, data: bytes) -> float:
-        filter_fd = _filter_fd(sb._filter)  # bubblewrap reads its seccomp program to EOF
+        filter_fd = seccomp_fd(sb._filter)  # bubblewrap reads its seccomp program to EOF
         try:
             argv = command(kind, k, filter_fd)
             return timed(

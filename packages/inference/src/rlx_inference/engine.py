@@ -39,7 +39,7 @@ from rlx_inference.config import EngineConfig
 from rlx_inference.mesh import init_cache, on_mesh, place_params
 from rlx_inference.sampling import knobs_of, sample_columns, seed_keys
 from rlx_model import ModelConfig, Params, enable_compile_cache, param_shapes
-from rlx_model.decoder import _DTYPES
+from rlx_model.decoder import DTYPES
 from rlx_model.distributed import HostBox
 from rlx_model.layers import MATRICES, rms_norm
 from rlx_model.paged import (
@@ -96,7 +96,7 @@ def _vocab_logits(params: Params, cfg: ModelConfig, hidden: jax.Array) -> jax.Ar
     CPU matmul runs this faster than hidden @ W^T (the large dimension is the one its kernel
     tiles well: 7.2 vs 8.7 ms at 32 x 512 x 32000, measured), and the sampler reduces down the
     columns."""
-    cdt = _DTYPES[cfg.compute_dtype]
+    cdt = DTYPES[cfg.compute_dtype]
     head = params["embed"] if cfg.tie_word_embeddings else params["head_vd"]
     return jnp.einsum(
         "vd,bd->vb", head.astype(cdt), hidden.astype(cdt), preferred_element_type=jnp.float32

@@ -27,6 +27,7 @@ from rlx_model.config import ModelConfig
 from rlx_model.layers import apply_rope, attention, dense, rms_norm, rope_frequencies
 
 __all__ = [
+    "DTYPES",
     "KVCache",
     "Params",
     "forward",
@@ -39,7 +40,8 @@ __all__ = [
 
 Params = dict[str, Any]
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# a ModelConfig's param_dtype / compute_dtype name -> its JAX dtype
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 class KVCache(NamedTuple):
@@ -97,7 +99,7 @@ def unflatten(flat: dict[str, Any]) -> Params:
 def init_params(cfg: ModelConfig, seed: int = 0) -> Params:
     """Random weights (normal, std 0.02; norms 1; biases 0) for training from scratch."""
     rng = np.random.default_rng(seed)
-    dtype = _DTYPES[cfg.param_dtype]
+    dtype = DTYPES[cfg.param_dtype]
     flat = {}
     for path, shape in param_shapes(cfg).items():
         leaf = path.rsplit("/", 1)[-1]
@@ -114,7 +116,7 @@ def init_params(cfg: ModelConfig, seed: int = 0) -> Params:
 def init_cache(cfg: ModelConfig, batch: int, max_len: int) -> KVCache:
     """An empty dense cache for `batch` rows of up to `max_len` positions."""
     shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    dtype = _DTYPES[cfg.compute_dtype]
+    dtype = DTYPES[cfg.compute_dtype]
     return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
 
@@ -134,7 +136,7 @@ def qkv_projection(
     """The first half of a block: h = norm(x), then q [B, T, H, d] and k, v [B, T, K, d] with
     biases, q/k norms and RoPE applied. Returns (h, q, k, v); shared by the dense and paged
     caches."""
-    cdt = _DTYPES[cfg.compute_dtype]
+    cdt = DTYPES[cfg.compute_dtype]
     b, t, _ = x.shape
     h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps)
     q = dense(h, layer, "q", cdt)
@@ -157,7 +159,7 @@ def qkv_projection(
 
 def block_tail(cfg: ModelConfig, x: jax.Array, layer: Params, attn: jax.Array) -> jax.Array:
     """The second half of a block: x + o(attn), then + mlp(norm(.)); attn is [B, T, H, d]."""
-    cdt = _DTYPES[cfg.compute_dtype]
+    cdt = DTYPES[cfg.compute_dtype]
     b, t, _ = x.shape
     x = x + dense(attn.reshape(b, t, cfg.q_size), layer, "o", cdt)
     h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps)
@@ -175,7 +177,7 @@ def _block(
     cache_kv: tuple[jax.Array, jax.Array] | None,
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
     """One decoder block: x + attn(norm(x)), then + mlp(norm(.)). Returns the new cache slots."""
-    cdt = _DTYPES[cfg.compute_dtype]
+    cdt = DTYPES[cfg.compute_dtype]
     b = x.shape[0]
     _, q, k, v = qkv_projection(cfg, inv_freq, x, layer, positions)
     if cache_kv is None:
@@ -214,7 +216,7 @@ def forward(
         positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     if valid is None:
         valid = jnp.ones((b, t), dtype=bool)
-    cdt = _DTYPES[cfg.compute_dtype]
+    cdt = DTYPES[cfg.compute_dtype]
     x = params["embed"].astype(cdt)[tokens].astype(jnp.float32)
     inv_freq = rope_frequencies(cfg)
     block = _remat(partial(_block, cfg, inv_freq), cfg.remat)
@@ -243,7 +245,7 @@ def forward(
 
 
 def _head(params: Params, cfg: ModelConfig) -> jax.Array:
-    cdt = _DTYPES[cfg.compute_dtype]
+    cdt = DTYPES[cfg.compute_dtype]
     if cfg.tie_word_embeddings:
         return params["embed"].astype(cdt).T
     return params["lm_head"].astype(cdt)
@@ -251,7 +253,7 @@ def _head(params: Params, cfg: ModelConfig) -> jax.Array:
 
 def logits(params: Params, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """float32 logits [..., V] for hidden states [..., D]."""
-    cdt = _DTYPES[cfg.compute_dtype]
+    cdt = DTYPES[cfg.compute_dtype]
     return jnp.matmul(hidden.astype(cdt), _head(params, cfg), preferred_element_type=jnp.float32)
 
 

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from rlx_model.config import ModelConfig
-from rlx_model.decoder import _DTYPES, Params, block_tail, qkv_projection
+from rlx_model.decoder import DTYPES, Params, block_tail, qkv_projection
 from rlx_model.layers import _NEG, MATRICES, attention, out_major, rms_norm, rope_frequencies
 
 __all__ = [
@@ -68,7 +68,7 @@ class PagedKVCache(NamedTuple):
 def init_paged_cache(cfg: ModelConfig, num_blocks: int, block_size: int) -> PagedKVCache:
     """An all-zero pool of `num_blocks` blocks (block 0 is the sink) of `block_size` positions."""
     shape = (cfg.num_layers, cfg.num_kv_heads, num_blocks, block_size, cfg.head_dim)
-    dtype = _DTYPES[cfg.compute_dtype]
+    dtype = DTYPES[cfg.compute_dtype]
     return PagedKVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
 
@@ -175,7 +175,7 @@ def paged_prefill(
     positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (p, t))
     valid = positions < lengths[:, None]
     block, offset = _slot_of(tables, positions, valid, cache.block_size)
-    cdt = _DTYPES[cfg.compute_dtype]
+    cdt = DTYPES[cfg.compute_dtype]
     inv_freq = rope_frequencies(cfg)
     if packed:
         pack = _packing(lengths, t, packed)
@@ -291,7 +291,7 @@ def paged_decode(
     span = span_blocks * bs
     gather = tables[:, :span_blocks]
     valid = jnp.arange(span, dtype=jnp.int32)[None, :] < pos
-    cdt = _DTYPES[cfg.compute_dtype]
+    cdt = DTYPES[cfg.compute_dtype]
     inv_freq = rope_frequencies(cfg)
     x = params["embed"].astype(cdt)[tokens[:, None]].astype(jnp.float32)
     shape = (cfg.num_kv_heads, b, span, cfg.head_dim)
@@ -464,7 +464,7 @@ def paged_decode_steps(
     span = span_blocks * bs
     gather = tables[:, :span_blocks]
     valid = jnp.arange(span, dtype=jnp.int32)[None, :] < positions[:, None]
-    cdt = _DTYPES[cfg.compute_dtype]
+    cdt = DTYPES[cfg.compute_dtype]
     inv_freq = rope_frequencies(cfg)
     embed = params["embed"].astype(cdt)
     layers = _layers(params)

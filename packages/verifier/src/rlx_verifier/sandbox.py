@@ -59,12 +59,14 @@ from rlx_core.errors import Cancelled, FailedPrecondition, InvalidArgument, Unav
 __all__ = [
     "RUNNERS",
     "Cancel",
+    "ForkServer",
     "Limits",
     "RunResult",
     "Sandbox",
     "SandboxError",
     "cancelled_by",
     "find_bwrap",
+    "seccomp_fd",
 ]
 
 PRLIMIT = "/usr/bin/prlimit"
@@ -139,7 +141,7 @@ def userns_filter(machine: str) -> bytes:
     return b"".join(struct.pack("=HBBI", *insn) for insn in program)
 
 
-def _filter_fd(program: bytes) -> int:
+def seccomp_fd(program: bytes) -> int:
     """A pipe's read end holding `program` (bubblewrap reads --seccomp's descriptor to EOF)."""
     r, w = os.pipe()
     try:
@@ -345,8 +347,8 @@ class Sandbox:
         fast = runner == "forkserver" and self.root and not unsafe
         self.runner = "forkserver" if fast else "per-run"
         self.toolchains: tuple[tuple[str, str], ...] = ()  # read-only binds every server has
-        self._idle: queue.SimpleQueue[_ForkServer] = queue.SimpleQueue()
-        self._servers: set[_ForkServer] = set()
+        self._idle: queue.SimpleQueue[ForkServer] = queue.SimpleQueue()
+        self._servers: set[ForkServer] = set()
         self._servers_lock = threading.Lock()
         # bubblewrap's --die-with-parent follows the thread that started it: servers are started
         # from one thread that lives as long as the Sandbox.
@@ -636,7 +638,7 @@ class Sandbox:
         self._idle.put(server)
         return reply
 
-    def _lease(self) -> _ForkServer:
+    def _lease(self) -> ForkServer:
         """An idle fork server, a new one while fewer than SERVERS exist, else the next freed."""
         while True:
             try:
@@ -651,7 +653,7 @@ class Sandbox:
                     server = self._idle.get()
                 else:
                     try:
-                        server = self._keeper.submit(_ForkServer, self, uid).result()
+                        server = self._keeper.submit(ForkServer, self, uid).result()
                     except BaseException:
                         self._server_uids.put(uid)
                         raise
@@ -662,7 +664,7 @@ class Sandbox:
                 return server
             self._discard(server)
 
-    def _discard(self, server: _ForkServer) -> None:
+    def _discard(self, server: ForkServer) -> None:
         server.kill()
         with self._servers_lock:
             if server in self._servers:
@@ -691,7 +693,7 @@ class Sandbox:
         out_path, err_path = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
         info_r, info_w = os.pipe()
         sandboxed = not self.unsafe
-        filter_fd = _filter_fd(self._filter) if sandboxed else -1
+        filter_fd = seccomp_fd(self._filter) if sandboxed else -1
         if sandboxed:
             cmd = self._bwrap(limits, ro_binds, rw_binds, cwd, env, info_w, filter_fd, uid)
             cmd += self._prlimit(limits) + list(argv)
@@ -796,14 +798,15 @@ class Sandbox:
         return arg
 
 
-class _ForkServer:
-    """One long-lived bubblewrap sandbox running forkserver.py, and its socket."""
+class ForkServer:
+    """One long-lived bubblewrap sandbox running forkserver.py, and its socket (a Sandbox's own;
+    tools/bench/verifier times its calls)."""
 
     def __init__(self, sandbox: Sandbox, uid: int) -> None:
         self.uid = uid
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
-        filter_fd = _filter_fd(sandbox._filter)
+        filter_fd = seccomp_fd(sandbox._filter)
         try:
             self.proc = subprocess.Popen(
                 sandbox._server_command(child.fileno(), filter_fd),
