@@ -123,7 +123,7 @@ def addition_answer_correct(response: str, answer: str) -> bool:
 
 
 # The demo's settings, measured with `rlx up` and tools/bench/e2e/floor.py (see
-# packages/controller/README.md).
+# packages/data/README.md).
 DEMO_TASK = AdditionTask(digits=2, heldout=500, seed=0, padded=True)
 DEMO_STEPS = 600  # training batches (the cosine decay spans them)
 DEMO_LR = 5e-4
