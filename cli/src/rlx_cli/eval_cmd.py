@@ -31,7 +31,7 @@ from rlx_cli.terminal import cell, one_line
 from rlx_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
-    from rlx_controller.evaluation import EvalSample, EvalSummary
+    from rlx_controller import EvalSample, EvalSummary
     from rlx_core.configs.run import RunConfig
 
 __all__ = ["eval_command", "register", "summary_tables"]
@@ -86,7 +86,7 @@ def _check_samples(k: int, cfg: RunConfig, given: bool) -> None:
 
 
 def _run_config_text(run: str) -> str:
-    from rlx_controller.rundir import CONFIG_FILE, RunPaths, read_text
+    from rlx_controller import CONFIG_FILE, RunPaths, read_text
 
     paths = RunPaths.of(run)
     if not paths.storage.exists(CONFIG_FILE):
@@ -128,7 +128,7 @@ def _export(run: str, step: int | None, base: str, into: Path) -> tuple[Path, in
     """RUN's trainer checkpoint of `step` (newest when None) as an HF directory in `into`, with
     the tokenizer files of the run's base model; (the directory, its step)."""
     from rlx_cli.export_cmd import _copy_tokenizer
-    from rlx_controller.rundir import RunPaths
+    from rlx_controller import RunPaths
     from rlx_core.storage import join_uri
 
     try:
@@ -245,7 +245,7 @@ def eval_command(
     on each eval dataset, through the same services as training."""
     from rich.console import Console
 
-    from rlx_controller.evaluation import evaluate_model, heldout_accuracy, summarize
+    from rlx_controller import evaluate_model, heldout_accuracy, summarize
     from rlx_launch import open_services
 
     _check_options(run, step, model)

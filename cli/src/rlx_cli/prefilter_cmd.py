@@ -45,7 +45,7 @@ def prefilter(
     `prefilter.file = "<out>"`, `prefilter.min_pass_rate`, `prefilter.max_pass_rate`.
     """
     from rlx_cli.up_cmd import EXAMPLES, _load_config, _paths
-    from rlx_controller.prefilter import prefilter as write_pass_rates
+    from rlx_controller import write_pass_rates
     from rlx_launch import open_services
 
     if example is not None and (example not in EXAMPLES or config is not None):

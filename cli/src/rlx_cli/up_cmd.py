@@ -31,7 +31,7 @@ from rlx_cli.terminal import cell, one_line
 from rlx_core.errors import RlxError
 
 if TYPE_CHECKING:
-    from rlx_controller.rundir import RunPaths
+    from rlx_controller import RunPaths
 
 __all__ = ["register"]
 
@@ -48,7 +48,7 @@ def _fail(message: str) -> NoReturn:
 
 def _paths(run_dir: str | Path, work_dir: Path | None) -> RunPaths:
     """RunPaths of a run directory (path or URI) and optional work directory; exits on a bad one."""
-    from rlx_controller.rundir import RunPaths
+    from rlx_controller import RunPaths
 
     try:
         return RunPaths.of(run_dir, work_dir)
@@ -153,7 +153,7 @@ def _new_driver(cfg: Any, paths: RunPaths, log: _Log) -> Any:
     """The controller loop of `cfg`, its inputs loaded and checked: the tokenizer, every dataset,
     every prompt rendered and encoded. An RlxError naming what is wrong, before any service
     starts."""
-    from rlx_controller.driver import Driver, Progress
+    from rlx_controller import Driver, Progress
     from rlx_launch import open_services
 
     return Driver(
@@ -248,7 +248,7 @@ def _first_missing(path: Path) -> Path | None:
 
 
 def _resume_command(paths: RunPaths) -> str:
-    from rlx_controller.rundir import default_work_dir
+    from rlx_controller import default_work_dir
 
     if paths.remote and paths.work != default_work_dir(paths.uri):
         return f"rlx resume {paths.uri} --work-dir {paths.work}"
@@ -363,9 +363,7 @@ def _prepare_up(
 ) -> tuple[Any, tuple[Any, _Log]]:
     """Everything `rlx up` checks and writes before it starts a service: the config, the
     datasets, the tokenizer and every prompt (`_new_driver`), then the run's config.toml."""
-    from rlx_controller.lease import read_holder
-    from rlx_controller.rundir import CONFIG_FILE
-    from rlx_controller.snapshot import SnapshotStore
+    from rlx_controller import CONFIG_FILE, SnapshotStore, read_holder
     from rlx_core.config import to_toml
 
     # refused before its config.toml is touched: a run with snapshots, or one starting up
@@ -389,7 +387,7 @@ def _prepare_up(
 def _run_config(paths: RunPaths) -> Any:
     """The config `rlx up` saved in the run directory, after checking its run.json; exits naming
     what is missing or damaged, before anything is started or written."""
-    from rlx_controller.rundir import CONFIG_FILE, read_run_info, read_text
+    from rlx_controller import CONFIG_FILE, read_run_info, read_text
     from rlx_core.configs.run import loads_run_config
 
     try:

@@ -40,9 +40,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from common import uptime  # noqa: E402  (tools/ is not a package)
 from timing import Timed, Timings  # noqa: E402  (tools/ is not a package)
 
-from rlx_controller.driver import Driver  # noqa: E402
-from rlx_controller.rundir import RunPaths  # noqa: E402
-from rlx_controller.service_set import Clients, ServiceSet  # noqa: E402
+from rlx_controller import Clients, Driver, RunPaths, ServiceSet  # noqa: E402
 from rlx_core.config import to_toml  # noqa: E402
 from rlx_core.configs.run import RunConfig, loads_run_config  # noqa: E402
 from rlx_data import (  # noqa: E402

@@ -56,10 +56,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from common import uptime  # noqa: E402  (tools/ is not a package)
 from timing import Timed, Timings  # noqa: E402  (tools/ is not a package)
 
-from rlx_controller.batching import build_batch  # noqa: E402
-from rlx_controller.driver import Driver  # noqa: E402
-from rlx_controller.progress import untimed  # noqa: E402
-from rlx_controller.service_set import Clients  # noqa: E402
+from rlx_controller import Clients, Driver, build_batch  # noqa: E402
 from rlx_core.clients import GenerateResult, StepResult, TrainBatch  # noqa: E402
 from rlx_core.clients import WorkUnit as GenUnit  # noqa: E402
 from rlx_core.clients.inference import LoadResult, Rollout  # noqa: E402
@@ -323,11 +320,12 @@ def sim_driver(
     evaluation off (it is not rollout throughput). With `timings`, its clients' calls and its
     stages are timed."""
     services = SimServices(cfg, model, timings, clock or _Clock())
+    if timings is not None:
+        kw["stage"] = timings.stage
     driver = Driver(
         cfg,
         run_dir,
         open_services=lambda *_a, **_k: services,
-        stage=timings.stage if timings is not None else untimed,
         **kw,
     )
     driver.eval_sets = []

@@ -6,8 +6,16 @@ and exact resume. Never imports JAX.
 """
 
 from rlx_controller._version import __version__
+from rlx_controller.batching import build_batch
 from rlx_controller.config import ControllerConfig
 from rlx_controller.driver import Driver, Progress
+from rlx_controller.evaluation import (
+    EvalSample,
+    EvalSummary,
+    evaluate_model,
+    heldout_accuracy,
+    summarize,
+)
 from rlx_controller.lease import LeaseHolder, read_holder
 from rlx_controller.metrics import METRICS_FILE, METRICS_PARTS, read_uploaded
 from rlx_controller.mixture import (
@@ -17,6 +25,7 @@ from rlx_controller.mixture import (
     PromptRef,
     mixture_sources,
 )
+from rlx_controller.prefilter import write_pass_rates
 from rlx_controller.rollout_log import LogScan, RolloutLog, decode_record, encode_record
 from rlx_controller.rundir import (
     CONFIG_FILE,
@@ -78,6 +87,8 @@ __all__ = [
     "ControllerService",
     "Dataset",
     "Driver",
+    "EvalSample",
+    "EvalSummary",
     "GroupRef",
     "KeyedPermutation",
     "LeaseHolder",
@@ -103,13 +114,16 @@ __all__ = [
     "addition_answer_correct",
     "addition_splits",
     "boxed_answer",
+    "build_batch",
     "check_run_inputs",
     "check_staleness",
     "config_hash",
     "decode_record",
     "default_work_dir",
     "encode_record",
+    "evaluate_model",
     "gsm8k_answer",
+    "heldout_accuracy",
     "load_dataset",
     "load_prefilter",
     "load_run_config",
@@ -129,7 +143,9 @@ __all__ = [
     "select_groups",
     "serve",
     "serve_run",
+    "summarize",
     "uniform",
     "version_for_batch",
     "write_addition_jsonl",
+    "write_pass_rates",
 ]

@@ -1,6 +1,6 @@
 """`rlx prefilter`: each training prompt's pass rate under the base model, written as JSONL.
 
-    summary = prefilter(cfg, run_dir, out, open_services=open_services)  # a launcher's
+    summary = write_pass_rates(cfg, run_dir, out, open_services=open_services)  # a launcher's
 
 The services start with `[model] path` as version 0; `samples` answers (default: the group size)
 per training prompt are sampled with the run's `[sampling]` and scored, and each prompt's pass
@@ -34,7 +34,7 @@ from rlx_core.rng import sample_seed
 from rlx_core.storage import open_storage
 from rlx_data import Dataset
 
-__all__ = ["prefilter"]
+__all__ = ["write_pass_rates"]
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class _Rates:
         return out
 
 
-def prefilter(
+def write_pass_rates(
     cfg: RunConfig,
     run_dir: str | Path,
     out: str,
