@@ -6,6 +6,11 @@ Importing every module of a no-JAX package in a fresh interpreter leaves `jax` o
 importing another and no runtime package importing rlx_testing or pytest (catches imports inside
 functions too); the fakes of cloud APIs live in rlx_testing alone, and no runtime package depends
 on rlx-testing.
+
+Each package's face is its `__init__`'s `__all__`: the CLI and tools import rlx_controller and
+rlx_launch only through those names, no module imports another package's `_private` name, and
+the controller imports no launch code. Each scan is also run on a small tree that breaks its
+rule, so a scan that stopped seeing anything would fail.
 """
 
 from __future__ import annotations
@@ -137,3 +142,148 @@ def test_no_runtime_package_depends_on_rlx_testing() -> None:
         pyproject = tomllib.loads((SRC[name].parents[1] / "pyproject.toml").read_text())
         deps = {Requirement(d).name for d in pyproject["project"].get("dependencies", [])}
         assert "rlx-testing" not in deps, f"{name} depends on rlx-testing (tests only)"
+
+
+# --- each package's face is what callers import -------------------------------------------------
+FACED = ["rlx_controller", "rlx_launch"]  # the CLI and tools import these through __all__ only
+CALLERS = [ROOT / "cli/src", ROOT / "tools"]
+LAUNCH_MODULES = {f"rlx_controller.{m}" for m in ("providers", "tpu_services", "provision", "node")}
+
+
+def face(init: Path) -> set[str]:
+    """The names in `__all__` of a package's __init__.py, read without importing it."""
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return {e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant)}
+    raise AssertionError(f"{init}: no __all__")
+
+
+def imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, module, names) for every absolute import in a file: `import a.b` is (n, "a.b", [])
+    and `from a.b import c, d` is (n, "a.b", ["c", "d"]); imports inside functions included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module, [a.name for a in node.names]))
+    return found
+
+
+def shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def past_the_faces(roots: list[Path], faces: dict[str, set[str]]) -> list[str]:
+    """Imports under `roots` of a faced package's submodule, or of a name not in its face."""
+    bad = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            for line, module, names in imports(path):
+                top = module.split(".")[0]
+                if top not in faces:
+                    continue
+                where = f"{shown(path)}:{line}"
+                if module != top:
+                    bad.append(f"{where}: {module}")
+                else:
+                    bad += [f"{where}: {top}.{n}" for n in names if n not in faces[top]]
+    return bad
+
+
+def test_cli_and_tools_import_only_the_faces() -> None:
+    faces = {name: face(SRC[name] / "__init__.py") for name in FACED}
+    bad = past_the_faces(CALLERS, faces)
+    assert not bad, (
+        "import these from the package top, and add a name the CLI needs to its __all__:\n"
+        + "\n".join(bad)
+    )
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(files: dict[Path, str | None]) -> list[str]:
+    """Imports of another rlx package's `_private` module or name, for each file and the package
+    it belongs to (None: a tool, every rlx package is another's)."""
+    bad = []
+    for path, own in files.items():
+        for line, module, names in imports(path):
+            parts = module.split(".")
+            if not parts[0].startswith("rlx_") or parts[0] == own:
+                continue
+            hidden = [p for p in parts[1:] if private(p)] + [n for n in names if private(n)]
+            if hidden:
+                bad.append(f"{shown(path)}:{line}: {module} {', '.join(hidden)}")
+    return bad
+
+
+def runtime_files() -> dict[Path, str | None]:
+    files: dict[Path, str | None] = {
+        path: name for name, src in SRC.items() for path in src.rglob("*.py")
+    }
+    return files | {path: None for path in (ROOT / "tools").rglob("*.py")}
+
+
+def test_no_module_imports_another_packages_private_name() -> None:
+    bad = private_imports(runtime_files())
+    assert not bad, "a name another package needs is public (no underscore):\n" + "\n".join(bad)
+
+
+def launch_imports(package_dir: Path) -> list[str]:
+    """Imports of rlx_launch, or of the controller's old provider modules, under package_dir."""
+    bad = []
+    for path in sorted(package_dir.rglob("*.py")):
+        for line, module, names in imports(path):
+            named = {module} | {f"{module}.{n}" for n in names}
+            if module.split(".")[0] == "rlx_launch" or named & LAUNCH_MODULES:
+                bad.append(f"{shown(path)}:{line}: {module}")
+    return bad
+
+
+def test_controller_imports_no_launch_code() -> None:
+    bad = launch_imports(SRC["rlx_controller"])
+    assert not bad, "the loop is handed its services (a ServiceSet), never launches:\n" + "\n".join(
+        bad
+    )
+
+
+def test_launch_and_controller_are_no_jax_packages() -> None:
+    assert {"rlx_controller", "rlx_launch"} <= set(NO_JAX)  # test_no_jax_package_never_imports_jax
+
+
+BROKEN = {  # a file that breaks each rule, and the scan that must see it
+    "past the face": "from rlx_controller.driver import Driver\nfrom rlx_launch import _x, y\n",
+    "private name": "from rlx_core.rpc import _handlers\nimport rlx_model._impl\n",
+    "launch code": "def f():\n    from rlx_launch.local import read_services\n"
+    "from rlx_controller import provision\n",
+}
+
+
+@pytest.mark.parametrize("rule", sorted(BROKEN))
+def test_each_scan_sees_a_broken_tree(tmp_path: Path, rule: str) -> None:
+    (tmp_path / "cli").mkdir()
+    bad_file = tmp_path / "cli/bad.py"
+    bad_file.write_text(BROKEN[rule])
+    (tmp_path / "cli/good.py").write_text("from rlx_controller import Driver\nimport os\n")
+    if rule == "past the face":
+        found = past_the_faces(
+            [tmp_path / "cli"], {"rlx_controller": {"Driver"}, "rlx_launch": {"y"}}
+        )
+        assert found == [
+            f"{bad_file}:1: rlx_controller.driver",
+            f"{bad_file}:2: rlx_launch._x",
+        ]
+    elif rule == "private name":
+        found = private_imports({bad_file: "rlx_cli", tmp_path / "cli/good.py": "rlx_cli"})
+        assert found == [
+            f"{bad_file}:1: rlx_core.rpc _handlers",
+            f"{bad_file}:2: rlx_model._impl _impl",
+        ]
+        assert private_imports({bad_file: "rlx_core"}) == [f"{bad_file}:2: rlx_model._impl _impl"]
+    else:
+        found = launch_imports(tmp_path / "cli")
+        assert found == [f"{bad_file}:3: rlx_controller", f"{bad_file}:2: rlx_launch.local"]
