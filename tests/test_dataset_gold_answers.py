@@ -1,4 +1,4 @@
-"""The gold answers the controller extracts from real datasets (GSM8K's `#### N`, MATH's last
+"""The gold answers rlx_data extracts from real datasets (GSM8K's `#### N`, MATH's last
 `\\boxed{}`) are ones the verifier's math judge scores: a right response is AC, a wrong one WA."""
 
 from __future__ import annotations
