@@ -394,14 +394,14 @@ class Driver:
             self.writer.write(new, "final", outstanding, run.totals)
         elif self.schedule.is_reload_boundary(new) and new % cfg.snapshot_every == 0:
             self.writer.write(new, "reload", outstanding, run.totals, background=True)
-        if self._stop.is_set():
-            raise Stop
-        if new < cfg.steps:  # (at the end, the final snapshot answers them)
+        if new < cfg.steps and not self._stop.is_set():  # else the final / stop one answers
             self.requests.serve(
                 new,
                 lambda: self.writer.write_between_steps(new, "manual", outstanding, run.totals),
                 self.log,
             )
+        if self._stop.is_set():  # (asked during `serve`: its snapshot is of this step too)
+            raise Stop
 
     # --- held-out evaluation -----------------------------------------------------------------
     def _heldout(self, version: int) -> dict[str, float | None] | None:
