@@ -127,7 +127,7 @@ def test_status_and_down_leave_alone_what_reused_a_recorded_pid(
     _lease(run, controller.pid, controller_start - 1)
 
     status = _status(run)
-    assert status["controller"] == {"pid": None, "alive": False}
+    assert status["controller"] == {"pid": None, "alive": False, "address": None}
     services = status["services"]
     assert isinstance(services, dict)
     assert {n: s["alive"] for n, s in services.items()} == {
@@ -165,7 +165,7 @@ def test_down_and_the_stale_cleanup_stop_the_runs_own_processes(
     _lease(run, controller.pid)
 
     status = _status(run)
-    assert status["controller"] == {"pid": controller.pid, "alive": True}
+    assert status["controller"] == {"pid": controller.pid, "alive": True, "address": None}
     services = status["services"]
     assert isinstance(services, dict)
     assert {n: s["alive"] for n, s in services.items()} == {

@@ -62,7 +62,7 @@ def test_status_of_a_remote_run_reads_its_config_and_snapshots_from_storage(
     out = json.loads(result.stdout)
     assert out["run"] == uri and out["work_dir"] == str(tmp_path / "w")
     assert out["steps"] == DEMO_STEPS and out["step"] == 0 and out["last_snapshot"] is None
-    assert out["controller"] == {"pid": None, "alive": False}
+    assert out["controller"] == {"pid": None, "alive": False, "address": None}
     # the metrics uploaded with the run's snapshots show from a machine not running it
     lines = [{"step": 0, "heldout": 0.5}, {"step": 1, "reward": 0.25, "step_s": 2.0}]
     open_storage(uri).put("metrics.jsonl", "".join(json.dumps(r) + "\n" for r in lines).encode())
