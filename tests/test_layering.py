@@ -7,10 +7,10 @@ importing another and no runtime package importing rlx_testing or pytest (catche
 functions too); the fakes of cloud APIs live in rlx_testing alone, and no runtime package depends
 on rlx-testing.
 
-Each package's face is its `__init__`'s `__all__`: the CLI and tools import rlx_controller and
-rlx_launch only through those names, no module imports another package's `_private` name, and
-the controller imports no launch code. Each scan is also run on a small tree that breaks its
-rule, so a scan that stopped seeing anything would fail.
+Each package's face is its `__init__`'s `__all__`: the CLI, tools and other packages import
+rlx_controller and rlx_launch only through those names, no module imports another package's
+`_private` name, and the controller imports no launch code. Each scan is also run on a small
+tree that breaks its rule, so a scan that stopped seeing anything would fail.
 """
 
 from __future__ import annotations
@@ -145,8 +145,8 @@ def test_no_runtime_package_depends_on_rlx_testing() -> None:
 
 
 # --- each package's face is what callers import -------------------------------------------------
-FACED = ["rlx_controller", "rlx_launch"]  # the CLI and tools import these through __all__ only
-CALLERS = [ROOT / "cli/src", ROOT / "tools"]
+# the CLI, tools and other packages import these through their __all__ only
+FACED = ["rlx_controller", "rlx_launch"]
 LAUNCH_MODULES = {f"rlx_controller.{m}" for m in ("providers", "tpu_services", "provision", "node")}
 
 
@@ -176,30 +176,39 @@ def shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def past_the_faces(roots: list[Path], faces: dict[str, set[str]]) -> list[str]:
-    """Imports under `roots` of a faced package's submodule, or of a name not in its face."""
+def past_the_faces(files: dict[Path, str | None], faces: dict[str, set[str]]) -> list[str]:
+    """Imports of a faced package's submodule, or of a name not in its face, for each file and
+    the package it belongs to (None: a tool); a package's own modules import each other freely."""
     bad = []
-    for root in roots:
-        for path in sorted(root.rglob("*.py")):
-            for line, module, names in imports(path):
-                top = module.split(".")[0]
-                if top not in faces:
-                    continue
-                where = f"{shown(path)}:{line}"
-                if module != top:
-                    bad.append(f"{where}: {module}")
-                else:
-                    bad += [f"{where}: {top}.{n}" for n in names if n not in faces[top]]
+    for path, own in files.items():
+        for line, module, names in imports(path):
+            top = module.split(".")[0]
+            if top not in faces or top == own:
+                continue
+            where = f"{shown(path)}:{line}"
+            if module != top:
+                bad.append(f"{where}: {module}")
+            else:
+                bad += [f"{where}: {top}.{n}" for n in names if n not in faces[top]]
     return bad
 
 
-def test_cli_and_tools_import_only_the_faces() -> None:
+def test_cli_tools_and_packages_import_only_the_faces() -> None:
     faces = {name: face(SRC[name] / "__init__.py") for name in FACED}
-    bad = past_the_faces(CALLERS, faces)
+    bad = past_the_faces(runtime_files(), faces)
     assert not bad, (
         "import these from the package top, and add a name the CLI needs to its __all__:\n"
         + "\n".join(bad)
     )
+
+
+def runtime_files() -> dict[Path, str | None]:
+    """Every module of the packages (cli/src included) and tools, with its package (None: a
+    tool)."""
+    files: dict[Path, str | None] = {
+        path: name for name, src in SRC.items() for path in sorted(src.rglob("*.py"))
+    }
+    return files | {path: None for path in sorted((ROOT / "tools").rglob("*.py"))}
 
 
 def private(name: str) -> bool:
@@ -219,13 +228,6 @@ def private_imports(files: dict[Path, str | None]) -> list[str]:
             if hidden:
                 bad.append(f"{shown(path)}:{line}: {module} {', '.join(hidden)}")
     return bad
-
-
-def runtime_files() -> dict[Path, str | None]:
-    files: dict[Path, str | None] = {
-        path: name for name, src in SRC.items() for path in src.rglob("*.py")
-    }
-    return files | {path: None for path in (ROOT / "tools").rglob("*.py")}
 
 
 def test_no_module_imports_another_packages_private_name() -> None:
@@ -270,12 +272,15 @@ def test_each_scan_sees_a_broken_tree(tmp_path: Path, rule: str) -> None:
     bad_file.write_text(BROKEN[rule])
     (tmp_path / "cli/good.py").write_text("from rlx_controller import Driver\nimport os\n")
     if rule == "past the face":
-        found = past_the_faces(
-            [tmp_path / "cli"], {"rlx_controller": {"Driver"}, "rlx_launch": {"y"}}
-        )
+        faces = {"rlx_controller": {"Driver"}, "rlx_launch": {"y"}}
+        found = past_the_faces({bad_file: "rlx_cli", tmp_path / "cli/good.py": None}, faces)
         assert found == [
             f"{bad_file}:1: rlx_controller.driver",
             f"{bad_file}:2: rlx_launch._x",
+        ]
+        # a package's own modules are not behind its face
+        assert past_the_faces({bad_file: "rlx_controller"}, faces) == [
+            f"{bad_file}:2: rlx_launch._x"
         ]
     elif rule == "private name":
         found = private_imports({bad_file: "rlx_cli", tmp_path / "cli/good.py": "rlx_cli"})

@@ -35,6 +35,7 @@ from rlx_controller.rundir import (
     default_work_dir,
     read_run_info,
     read_text,
+    sweep_temporaries,
 )
 from rlx_controller.schedule import (
     BatchPlan,
@@ -144,6 +145,7 @@ __all__ = [
     "serve",
     "serve_run",
     "summarize",
+    "sweep_temporaries",
     "uniform",
     "version_for_batch",
     "write_addition_jsonl",

@@ -14,8 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from rlx_controller.rundir import RunPaths
-from rlx_controller.service_set import ServiceSet
+from rlx_controller import RunPaths, ServiceSet
 from rlx_core.configs.run import RunConfig
 from rlx_core.rpc.auth import create_token_file
 from rlx_launch._version import __version__

@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.rundir import RunPaths, sweep_temporaries
-from rlx_controller.service_set import Clients
+from rlx_controller import Clients, RunPaths, sweep_temporaries
 from rlx_core.clients import InferenceClient, ParamServerClient, TrainerClient, VerifierClient
 from rlx_core.config import to_toml
 from rlx_core.configs.run import RunConfig

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rlx_controller.rundir import RunPaths
+from rlx_controller import RunPaths
 from rlx_core.clients import LifecycleClient
 from rlx_core.config import to_toml
 from rlx_core.configs.run import RunConfig
