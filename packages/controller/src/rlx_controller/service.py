@@ -34,7 +34,9 @@ from rlx_core.lifecycle import Lifecycle
 
 __all__ = ["ControllerService", "MetricsSubscription", "RunControl", "RunProgress"]
 
-HISTORY_LINES = 100_000  # metrics lines kept for a stream that starts from an earlier step
+# metrics lines kept in memory for a stream that starts from an earlier step (a line is 1-3 KB;
+# older ones are in metrics.jsonl)
+HISTORY_LINES = 2_000
 BACKLOG_LINES = 10_000  # lines a stream may fall behind before it is ended (RESOURCE_EXHAUSTED)
 
 
