@@ -14,8 +14,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from rlx_cli.main import app
-from rlx_controller.lease import LEASE_FILE, LeaseHolder, _start_time
+from rlx_controller.lease import LEASE_FILE, LeaseHolder
 from rlx_core.config import to_toml
+from rlx_core.processes import start_time
 from rlx_core.storage import open_storage
 from rlx_data import (
     DEMO_STEPS,
@@ -93,7 +94,7 @@ def test_resume_or_up_on_a_run_another_controller_holds_is_refused_naming_it(
     holder = subprocess.Popen(["sleep", "60"])  # stands for the live controller
     try:
         me = LeaseHolder.me(time.time())
-        lease = replace(me, pid=holder.pid, pid_start=_start_time(holder.pid))
+        lease = replace(me, pid=holder.pid, pid_start=start_time(holder.pid))
         open_storage(str(run)).put(LEASE_FILE, json.dumps(asdict(lease)).encode())
         result = CliRunner().invoke(app, ["resume", str(run)])
         config = (run / "config.toml").read_text()

@@ -50,9 +50,6 @@ class RunBusy(FailedPrecondition):
     """Another controller holds the run."""
 
 
-_start_time = start_time  # the name cli/tests/test_up_cli.py imports; call start_time
-
-
 @dataclass(frozen=True)
 class LeaseHolder:
     host: str
