@@ -1,16 +1,19 @@
 """Train-step time: rlx-trainer's step against the floor, a plain optax step of the same model
 and batch, and what π_old recomputation and aligned mode cost. One run, one machine:
 
-    uv run python tools/bench/train_step/bench.py [--model bench] [--dtype float32]
+    uv run python tools/bench/train_step/bench.py [--model bench|demo] [--dtype float32]
     flock /tmp/rlx-bench.lock uv run python tools/bench/train_step/bench.py --model 0.5b \
         --dtype both --repeats 2
 
 Models, random weights: `bench`, DESIGN §10's bench config (4 layers, hidden 512, 8 heads, 2 KV
 heads, vocab 32000, MLP 2048); `0.5b` and `1.5b`, the shapes of Qwen2.5-0.5B and 1.5B
-(tools/bench/accelerator/shapes.py). Params and AdamW moments are f32; `--dtype` sets the
+(tools/bench/accelerator/shapes.py); `demo`, the built-in demo's base model config
+(tools/demo/base_model: 2 layers, hidden 64, vocab 270) at the demo's batch, 32 prompts x 8
+samples x (the rendered prompt's tokens + max_new_tokens, as `rlx_data.demo` derives them from
+that model's tokenizer: 14 + 4). Params and AdamW moments are f32; `--dtype` sets the
 matmuls' (float32, bfloat16, or both, one after the other). The batch: --prompts x --group x
---seq random tokens, a quarter prompt and the rest response, random rewards and sampler
-log-probs. Rows:
+--seq random tokens, a quarter prompt (`demo`: the demo's prompt tokens) and the rest response,
+random rewards and sampler log-probs. Rows:
 
 - `floor`: a plain optax step written here, no rlx-trainer: jax.value_and_grad of minus the
   token-mean of advantage x log π over the response tokens (rlx_model.token_logprobs, the model
@@ -51,6 +54,7 @@ import time
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +63,8 @@ import optax
 
 from rlx_core.clients import TrainBatch
 from rlx_core.config import from_dict
-from rlx_model import BENCH_CONFIG, ModelConfig, Params, token_logprobs
+from rlx_data import DEMO_TASK, base_model_dir, demo_token_counts
+from rlx_model import BENCH_CONFIG, ModelConfig, Params, load_config, load_tokenizer, token_logprobs
 from rlx_trainer.config import TrainerConfig
 from rlx_trainer.trainer import Trainer
 
@@ -69,7 +74,12 @@ from common import uptime
 from shapes import QWEN25_05B, QWEN25_15B, describe, param_count, random_params
 
 MODELS = {"bench": BENCH_CONFIG, "0.5b": QWEN25_05B, "1.5b": QWEN25_15B}
-NAMES = {"bench": "the bench Qwen2 config", "0.5b": "Qwen2.5-0.5B", "1.5b": "Qwen2.5-1.5B"}
+NAMES = {
+    "bench": "the bench Qwen2 config",
+    "0.5b": "Qwen2.5-0.5B",
+    "1.5b": "Qwen2.5-1.5B",
+    "demo": "the demo's base model",
+}
 # prompts, samples per prompt, tokens per sample. At the 0.5B shape the step's activations are
 # ~5.5 MiB per token in f32 (~2.4 of them the vocabulary head's chunks), more with bf16 matmuls
 # (bf16 copies of the weights too): 512 tokens keep rlx's step near 14 GiB of RSS
@@ -80,6 +90,17 @@ GIB = 2**30
 # rlx's step also makes the new params and moments while the old state is still held (nothing is
 # donated: the service adopts a step only after its push), so 12 more
 FLOOR_BYTES, RLX_BYTES = 16, 28
+
+
+def demo_shape() -> tuple[ModelConfig, tuple[int, int, int], int]:
+    """The built-in demo's model config (tools/demo/base_model), its batch (B 32 x G 8 x the
+    rendered prompt's tokens + max_new_tokens) and its prompt tokens, as `rlx_data.demo`
+    derives them from the base model's tokenizer."""
+    directory = base_model_dir()
+    tokenizer = load_tokenizer(directory)
+    assert tokenizer is not None
+    prompt, new = demo_token_counts(tokenizer, DEMO_TASK)
+    return load_config(directory), (32, 8, prompt + new), prompt
 
 
 @dataclass(frozen=True)
@@ -141,7 +162,7 @@ def make_batch(cfg: ModelConfig, args: argparse.Namespace, version: int, seed: i
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, cfg.vocab_size, (b, g, s)).astype(np.int32)
     mask = np.zeros((b, g, s), np.float32)
-    mask[..., s // 4 :] = 1  # a quarter prompt, the rest response
+    mask[..., args.prompt_tokens :] = 1  # the prompt, then the response
     sampler = np.where(mask > 0, -rng.random((b, g, s)) * 8, 0).astype(np.float32)
     rewards = rng.integers(0, 2, (b, g)).astype(np.float32)
     return TrainBatch.rl(tokens, mask, sampler, rewards, version=version)
@@ -289,7 +310,7 @@ def run_dtype(cfg: ModelConfig, args: argparse.Namespace) -> list[Row]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=sorted(MODELS), default="bench")
+    parser.add_argument("--model", choices=sorted(NAMES), default="bench")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "both"], default="float32")
     parser.add_argument("--prompts", type=int, default=None, help="default: by --model")
     parser.add_argument("--group", type=int, default=None, help="samples per prompt")
@@ -297,16 +318,23 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--min-free-gib", type=float, default=3.0)
     args = parser.parse_args()
-    for key, value in zip(("prompts", "group", "seq"), BATCH[args.model], strict=True):
+    if args.model == "demo":
+        base, shape, args.prompt_tokens = demo_shape()
+    else:
+        base, shape = MODELS[args.model], BATCH[args.model]
+    for key, value in zip(("prompts", "group", "seq"), shape, strict=True):
         if getattr(args, key) is None:
             setattr(args, key, value)
-    base = MODELS[args.model]
+    if args.model != "demo":
+        args.prompt_tokens = args.seq // 4  # a quarter prompt
     name = NAMES[args.model]
     if (why := fits(name, base, args.min_free_gib)) is not None:
         print(f"train_step: {why}")
         return 0
     guard_memory(args.min_free_gib)
-    dtypes = ["float32", "bfloat16"] if args.dtype == "both" else [args.dtype]
+    dtypes: list[Literal["float32", "bfloat16"]] = (
+        ["float32", "bfloat16"] if args.dtype == "both" else [args.dtype]
+    )
     before = uptime()
     t0 = time.time()
     results = {}
@@ -322,7 +350,8 @@ def main() -> int:
     )
     print(
         f"batch {args.prompts} prompts x {args.group} samples x {args.seq} tokens = {tokens} "
-        f"tokens (a quarter prompt); best of {args.repeats} after warm-up; {elapsed:.0f} s"
+        f"tokens ({args.prompt_tokens} prompt); best of {args.repeats} after warm-up; "
+        f"{elapsed:.0f} s"
     )
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs, {jax.devices()[0].device_kind}")
     print(f"uptime before: {before}")
