@@ -194,13 +194,15 @@ def fork_server_pids(v: Verifier) -> list[int]:
             continue
         parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
     ours = {p for p, c in cmdlines.items() if v.sandbox.scratch_root.encode() in c}
-    return [
+    servers = {
         p
         for p, c in cmdlines.items()
         if c.startswith(b"/usr/bin/python3")
         and b"/rlx/forkserver.py" in c
         and parents.get(parents.get(p, 0), 0) in ours
-    ]
+    }
+    # a program a server forked has its command line until it is reaped: not a server
+    return sorted(p for p in servers if parents.get(p) not in servers)
 
 
 def test_a_dead_fork_server_is_infra_then_replaced() -> None:
