@@ -157,8 +157,11 @@ def take(
         600.0, "--timeout", help="Seconds to wait for the snapshot (the step in progress ends)."
     ),
 ) -> None:
-    """Take a committed snapshot of the running RUN now (at the end of the step in progress; the
-    run goes on) and print its step. Needs the run's controller running on this machine."""
+    """Take a committed snapshot of the running RUN now and print its step.
+
+    The snapshot is of the step in progress, written at its end; the run goes on. Needs the
+    run's controller running on this machine (`rlx up` / `rlx resume`, `--detach` or not).
+    """
     from rlx_cli.run_cmd import take_snapshot
     from rlx_controller import RunPaths
 
