@@ -148,7 +148,7 @@ class ControllerService:
         eta = None
         if p.steps_per_s > 0 and math.isfinite(p.steps_per_s):
             eta = max(0, p.steps - p.step) / p.steps_per_s
-        last = getattr(p, "last_snapshot", None)
+        last = p.last_snapshot
         return ControllerStatus(
             step=p.step,
             steps=p.steps,
@@ -159,7 +159,7 @@ class ControllerService:
             # copies: the loop thread updates these dicts while we read them
             heldout={k: v for k, v in dict(p.heldout).items() if v is not None},
             staleness=dict(p.staleness),
-            loaded=dict(getattr(p, "loaded", {})),
+            loaded=dict(p.loaded),
             last_snapshot=None if last is None else (int(last[0]), str(last[1])),
             eta_s=eta,
             components=dict(p.components),
