@@ -218,3 +218,47 @@ def test_kl_preset_needs_a_reference_model() -> None:
     assert m["kl_k1"] == 0.0  # π_θ == π_ref on the first update
     m = t.train_step(rl_batch(1, version=1)).metrics
     assert m["kl_k3"] > 0.0
+
+
+def _deleted(tree: object) -> set[bool]:
+    return {x.is_deleted() for x in jax.tree.leaves(tree)}
+
+
+@pytest.mark.parametrize("updates", [{}, {"grad_accum": 2}], ids=["one-jit", "accumulated"])
+def test_an_update_writes_into_an_older_state_never_into_the_one_it_starts_from(
+    updates: dict,
+) -> None:
+    # keep_versions 0: no host view of a past version pins its buffers
+    t = make({"keep_versions": 0, "update": updates})
+    s0 = t.state
+    t.train_step(rl_batch(0))
+    s1 = t.state
+    t.train_step(rl_batch(1, version=1))
+    # step 2 wrote its moments (and, in one jit, its params) into step 0's state's buffers
+    assert _deleted(s0.opt_state) == {True} and _deleted(s1.opt_state) == {False}
+    assert _deleted(s0.params) == ({True} if not updates else {False})
+    assert _deleted(s1.params) == {False}
+
+    # a step computed and not adopted (its push failed) leaves the state as it was, and the
+    # same step adopted afterwards is the one a trainer without that attempt makes
+    before = flat(t.state.params)
+    new, _ = t.compute_step(rl_batch(2, version=2))
+    assert_bit_equal(t.state.params, _unflat(before))
+    del new
+    t.train_step(rl_batch(2, version=2))
+    clean = make({"keep_versions": 0, "update": updates})
+    for i in range(3):
+        clean.train_step(rl_batch(i, version=i))
+    assert_bit_equal(t.state.params, clean.state.params)
+    for a, b in zip(jax.tree.leaves(t.state.opt_state), jax.tree.leaves(clean.state.opt_state)):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def test_the_reference_model_is_never_an_update_s_spare() -> None:
+    # reference = init: the Init params are the reference, so they are not written into
+    t = make({"objective": {"preset": "grpo", "beta": 0.04}, "keep_versions": 0})
+    ref = flat(t.reference)
+    for i in range(3):
+        t.train_step(rl_batch(i, version=i))
+    assert _deleted(t.reference) == {False}
+    assert_bit_equal(t.reference, _unflat(ref))

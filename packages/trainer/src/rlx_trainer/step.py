@@ -58,7 +58,10 @@ class StepFunctions:
         group: int,
         aligned: bool,
         chunk_size: int = 128,
+        state_shardings: tuple[Any, Any] | None = None,
     ) -> None:
+        """`state_shardings`: (params, optimizer state) shardings the updates' new state is laid
+        out by (None: as XLA chooses)."""
         self.cfg = cfg
         self.objective = objective
         self.optimizer = optimizer
@@ -80,13 +83,48 @@ class StepFunctions:
             jax.value_and_grad(self._rl_loss_fused, has_aux=True), static_argnames=("max_len",)
         )
         self.sft_grad = jax.jit(jax.value_and_grad(self._sft_loss, has_aux=True))
-        # Gradients are dead once added or applied, so their buffers are donated: they become
-        # the sum, or one of the new params and moments, instead of fresh memory (on a CPU, a
+        # Buffers are donated so that outputs reuse them instead of fresh memory (on a CPU, a
         # fresh multi-GiB output costs page faults: at the Qwen2.5-0.5B shape in f32 the update
-        # took 4.5 s with nothing donated, 1.4 s with params and state donated). The params and
-        # optimizer state are not donated: a step is adopted only after its push succeeds.
+        # took 4.5 s with nothing donated, 1.4 s with params and state donated). Gradients are
+        # dead once added or applied. The state a step starts from is not donated (a step is
+        # adopted only after its push succeeds, and a failed one leaves it as it was): the
+        # update writes into `spare` instead, an older state nothing reads any more (the trainer
+        # passes the one before the current), an argument the function never reads
+        # (`keep_unused`, or jit would drop it and its donation with it): `apply`'s is an
+        # optimizer state (its new params reuse the gradients'), the one-jit updates' a
+        # (params, optimizer state) pair. A buffer something else still views (a host copy of a
+        # kept version is a numpy view on a CPU) is not donated: jax copies it instead.
         self.add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b), donate_argnums=(0,))
-        self.apply = jax.jit(self._apply, donate_argnums=(2,))
+        state = (None, None) if state_shardings is None else state_shardings
+        self.apply = jax.jit(
+            self._apply,
+            donate_argnums=(2, 4),
+            keep_unused=True,
+            out_shardings=(*state, None),
+        )  # (params, opt_state, grads, scale, spare optimizer state or None)
+        # One update from one microbatch, its gradient and AdamW in one jit (epochs =
+        # minibatches = grad_accum = 1, every step of the default config): the gradients never
+        # leave it. Bit-identical to the gradient function followed by `apply`.
+        self.rl_update = jax.jit(
+            partial(self._update, self._rl_loss),
+            static_argnames=("max_len",),
+            donate_argnames=("spare",),
+            keep_unused=True,
+            out_shardings=(*state, None, None),
+        )
+        self.rl_update_fused = jax.jit(
+            partial(self._update, self._rl_loss_fused),
+            static_argnames=("max_len",),
+            donate_argnames=("spare",),
+            keep_unused=True,
+            out_shardings=(*state, None, None),
+        )
+        self.sft_update = jax.jit(
+            partial(self._update, self._sft_loss),
+            donate_argnames=("spare",),
+            keep_unused=True,
+            out_shardings=(*state, None, None),
+        )
 
     def _logprobs(self, params: Params, mb: Arrays) -> tuple[jax.Array, jax.Array]:
         """log π(token t | tokens < t) and the entropy of that distribution, [n, S] each."""
@@ -178,9 +216,26 @@ class StepFunctions:
         return loss, {"loss": loss, "entropy": _masked_mean(sg(entropy), mask)}
 
     def _apply(
-        self, params: Params, opt_state: Any, grads: Params, scale: jax.Array
+        self, params: Params, opt_state: Any, grads: Params, scale: jax.Array, spare: Any = None
     ) -> tuple[Params, Any, jax.Array]:
+        """The new params and optimizer state from the gradients × `scale`, and their norm.
+        `spare` is unread: its buffers, donated, hold the outputs."""
         grads = jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads)
         norm = optax.tree.norm(grads)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, norm
+
+    def _update(
+        self,
+        loss: Callable[..., tuple[jax.Array, Any]],
+        params: Params,
+        opt_state: Any,
+        scale: jax.Array,
+        spare: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> tuple[Params, Any, jax.Array, Any]:
+        """`_apply` of the gradient of `loss(params, *args, **kwargs)`, and the loss's aux."""
+        (_, aux), grads = jax.value_and_grad(loss, has_aux=True)(params, *args, **kwargs)
+        new_params, new_state, norm = self._apply(params, opt_state, grads, scale)
+        return new_params, new_state, norm, aux

@@ -18,6 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import jax
@@ -139,6 +140,9 @@ class Trainer:
                 field="objective.beta",
             )
         self._kept: dict[int, dict[str, np.ndarray]] = {}
+        # an older state (params, optimizer state) that nothing reads any more: the next
+        # update's outputs are written into its buffers (`StepFunctions.apply`), not fresh ones
+        self._spare: tuple[Params, Any] | None = None
         self.last_metrics: dict[str, float] = {}
         if _restored is not None:
             self.state, self.reference = _restored
@@ -146,7 +150,9 @@ class Trainer:
         placed = self.place(params)
         self.state = TrainState(
             params=placed,
-            opt_state=jax.jit(self.optimizer.init)(placed),
+            opt_state=jax.jit(self.optimizer.init, out_shardings=self._state_shardings()[1])(
+                placed
+            ),
             step=0,
             updates=0,
             # on the mesh, replicated, as a restored one is (one process's device would not do)
@@ -203,6 +209,7 @@ class Trainer:
             group,
             c.update.aligned,
             c.model.logprob_chunk,
+            self.mesh,
         )
         if key not in _FUNCTIONS:  # shared by trainers of the same setup: compiled once
             _FUNCTIONS[key] = StepFunctions(
@@ -212,8 +219,16 @@ class Trainer:
                 group=group,
                 aligned=c.update.aligned,
                 chunk_size=c.model.logprob_chunk,
+                state_shardings=self._state_shardings(),
             )
         return _FUNCTIONS[key]
+
+    def _state_shardings(self) -> tuple[Any, Any]:
+        """The shardings of the params and of the optimizer state, spelled as placed: what
+        the update's outputs are given, so that a step's inputs are spelled like the first's
+        (else the update compiles again on the second step)."""
+        opt_state = self._abstract(with_reference=False)["opt_state"]
+        return self.shardings, jax.tree.map(lambda a: a.sharding, opt_state)
 
     def _held(self, version: int) -> Params | None:
         """The params of `version` if this trainer holds them (current or kept), else None."""
@@ -334,6 +349,9 @@ class Trainer:
         first: list[jax.Array] = []
         max_len = batch.max_len or None
         scale = jnp.float32(1.0 / u.grad_accum if batch.kind == "rl" else 1.0)
+        if u.epochs * u.minibatches * u.grad_accum == 1:  # gradient and update in one jit
+            return self._one_update(batch, fns, micro[0], old, ref[0], self._take_spare())
+        spare: Any = self._take_spare()[1]
         for epoch in range(u.epochs):
             for m in range(u.minibatches):
                 idx = range(m * u.grad_accum, (m + 1) * u.grad_accum)
@@ -355,10 +373,41 @@ class Trainer:
                             first.append(logp)
                     per_micro.append(mets)
                     grads = g if grads is None else fns.add(grads, g)
-                params, opt_state, norm = fns.apply(params, opt_state, grads, scale)
+                # the new params go into the (donated) gradients' buffers, the new moments into
+                # a spare optimizer state: the kept older one's, then the previous update's
+                new = fns.apply(params, opt_state, grads, scale, spare)
+                spare = opt_state if params is not self.state.params else None
+                params, opt_state, norm = new
                 norms.append(norm)
         jax.block_until_ready(params)
         return params, opt_state, per_micro, norms, first
+
+    def _one_update(
+        self,
+        batch: TrainBatch,
+        fns: StepFunctions,
+        mb: Arrays,
+        old: list[jax.Array] | None,
+        ref: jax.Array | None,
+        spare: tuple[Params, Any],
+    ) -> tuple[Params, Any, list[dict[str, Any]], list[jax.Array], list[jax.Array]]:
+        """`_updates` when the batch is one microbatch making one update: gradient and
+        optimizer update in one call, its new state written into `spare`."""
+        params, opt_state = self.state.params, self.state.opt_state
+        scale = jnp.float32(1.0)
+        if batch.kind != "rl":
+            denom = jnp.float32(float(mb["loss_mask"].sum()))
+            new = fns.sft_update(params, opt_state, scale, spare, mb, denom)
+            jax.block_until_ready(new[0])
+            return new[0], new[1], [new[3]], [new[2]], []
+        max_len = batch.max_len or None
+        if old is None:
+            new = fns.rl_update_fused(params, opt_state, scale, spare, mb, ref, max_len=max_len)
+        else:
+            new = fns.rl_update(params, opt_state, scale, spare, mb, old[0], ref, max_len=max_len)
+        params, opt_state, norm, (mets, logp) = new
+        jax.block_until_ready(params)
+        return params, opt_state, [mets], [norm], [logp]
 
     def compute_step(self, batch: TrainBatch) -> tuple[TrainState, StepResult]:
         """The state after training on `batch`, and the step's metrics; `self` is unchanged."""
@@ -436,7 +485,30 @@ class Trainer:
                 self._kept[prev] = self.host_params()
             for v in [v for v in self._kept if v != new.step and not self._keeps(v, new.step)]:
                 del self._kept[v]
-        self.state = new
+        before, self.state = self.state, new
+        if before.params is not new.params and not self._shares_reference(before.params):
+            self._spare = (before.params, before.opt_state)  # the next update writes into it
+
+    def _take_spare(self) -> tuple[Params, Any]:
+        """The buffers the step's first update writes its new state into: the kept older
+        state, or new ones (the first step, or after a step that was not adopted) laid out
+        alike, so the update compiles once."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            return spare
+        params_sh, opt_sh = self._state_shardings()
+        zeros = partial(jax.tree.map, jnp.zeros_like)
+        return jax.jit(zeros, out_shardings=(params_sh, opt_sh))(
+            (self.state.params, self.state.opt_state)
+        )
+
+    def _shares_reference(self, params: Params) -> bool:
+        """Whether the frozen reference model is (partly) these very arrays (it is the Init
+        params themselves), which the update must then never overwrite."""
+        if self.reference is None:
+            return False
+        held = {id(x) for x in jax.tree.leaves(self.reference)}
+        return any(id(x) in held for x in jax.tree.leaves(params))
 
     def train_step(self, batch: TrainBatch) -> StepResult:
         """compute_step + commit, for callers without a paramserver in between."""
@@ -527,6 +599,7 @@ class Trainer:
                 f"{saved.param_dtype}) than this trainer's ({self.describe()})"
             )
         tree = store.restore(step, self._abstract(bool(meta.get("reference"))))
+        self._spare = None
         self.state = TrainState(
             params=tree["params"],
             opt_state=tree["opt_state"],
