@@ -3,7 +3,7 @@ and batch, and what π_old recomputation and aligned mode cost. One run, one mac
 
     uv run python tools/bench/train_step/bench.py [--model bench|demo] [--dtype float32]
     flock /tmp/rlx-bench.lock uv run python tools/bench/train_step/bench.py --model 0.5b \
-        --dtype both --repeats 2
+        --dtype float32 --repeats 2 --rows floor,lag0
 
 Models, random weights: `bench`, DESIGN §10's bench config (4 layers, hidden 512, 8 heads, 2 KV
 heads, vocab 32000, MLP 2048); `0.5b` and `1.5b`, the shapes of Qwen2.5-0.5B and 1.5B
@@ -31,15 +31,18 @@ random rewards and sampler log-probs. Rows:
   Its excess over lag 0 is what recomputation costs; the aligned row's excess over it, what
   alignment costs.
 
+`--rows` picks some of them (floor, lag0, lag1, lag1-off; the ratios need the floor): at the
+0.5b shape one row costs minutes, so a run split by rows stays short.
+
 Each figure: the wall seconds of a whole step call (host work, transfers and, in the stale rows,
 keeping the old version on the host included), the best of --repeats after the warm-up steps
-(compilation: one for the floor, two for rlx, whose second step compiles its update again and,
-in the stale rows, is the first stale one); `CPU s` is the process's CPU seconds in that step
-(all threads: far below 2 x wall on 2 cores, the step waited on memory or on someone else's
-work); `π_old prefill` the trainer's `recompute_s`; peak RSS the process's over the row. The
-machine is shared: a thread stops the run when its available memory falls below
---min-free-gib, a shape whose state cannot fit is refused up front, and `uptime` is printed
-before and after.
+(compilation: one step; two in the stale rows, whose first step has no older version yet);
+`CPU s` is the process's CPU seconds in that step (all threads: far below 2 x wall on 2 cores,
+the step waited on memory or on someone else's work); `π_old prefill` the trainer's
+`recompute_s`; `fresh GiB` the pages the process faulted in during that step (minor faults x
+4 KiB: buffers mapped anew); peak RSS the process's over the row. The machine is shared: a
+thread stops the run when its available memory falls below --min-free-gib, a shape whose state
+cannot fit is refused up front, and `uptime` is printed before and after.
 """
 
 from __future__ import annotations
@@ -87,9 +90,15 @@ BATCH = {"bench": (4, 2, 128), "0.5b": (2, 2, 128), "1.5b": (2, 2, 128)}
 LR = 1e-6
 GIB = 2**30
 # bytes per parameter in f32: the floor holds params, Adam's two moments and the gradients;
-# rlx's step also makes the new params and moments while the old state is still held (nothing is
-# donated: the service adopts a step only after its push), so 12 more
+# rlx's trainer also holds the state before the current one, which its update writes the new
+# params and moments into (the current one is not donated: the service adopts a step only after
+# its push), so 12 more
 FLOOR_BYTES, RLX_BYTES = 16, 28
+ROWS = {  # --rows names: (row name, stale, aligned); "floor" is the plain optax step
+    "lag0": ("rlx lag 0 (default: fused)", False, True),
+    "lag1": ("rlx lag 1, aligned (default)", True, True),
+    "lag1-off": ("rlx lag 1, aligned off", True, False),
+}
 
 
 def demo_shape() -> tuple[ModelConfig, tuple[int, int, int], int]:
@@ -110,6 +119,7 @@ class Row:
     cpu: float  # the process's CPU seconds (all threads, user + system) in that step
     prefill: float | None  # the trainer's recompute_s in that step; None for the floor
     peak_gib: float  # peak RSS of the process over the row
+    fresh_gib: float  # GiB of fresh pages faulted in during that step
 
 
 # --- memory: the machine is shared ---------------------------------------------------------
@@ -207,10 +217,10 @@ def floor_row(cfg: ModelConfig, args: argparse.Namespace) -> Row:
         )
         float(loss)  # waits for the step; params are ready with it
         jax.block_until_ready(params)
-        steps.append(clock.read())
+        steps.append((*clock.read(), clock.fresh_gib()))
         progress("floor", i, args.repeats, steps[-1], clock)
-    wall, cpu = min(steps[1:])
-    return Row("floor: plain optax step", wall, cpu, None, peak_rss_gib())
+    wall, cpu, fresh = min(steps[1:])
+    return Row("floor: plain optax step", wall, cpu, None, peak_rss_gib(), fresh)
 
 
 # --- rlx-trainer's step ---------------------------------------------------------------------
@@ -230,21 +240,20 @@ def rlx_row(
         },
     )
     trainer = Trainer(config, cfg, random_params(replace(cfg, param_dtype="float32"), 0), seed=0)
-    # two warm-up steps: a trainer's second step compiles its update again (the step's outputs
-    # carry their shardings spelled otherwise than the placed inputs), and a stale row's first
-    # step has no older version yet
-    warm = 2
+    # warm-up: the first step compiles; a stale row's first step has no older version yet, so
+    # its second is the first stale one (and compiles the prefill and the unfused update)
+    warm = 2 if stale else 1
     steps = []
     for i in range(args.repeats + warm):
         version = max(trainer.state.step - 1, 0) if stale else trainer.state.step
         batch = make_batch(cfg, args, version, i)
         clock = Clock()
         m = trainer.train_step(batch).metrics
-        steps.append((*clock.read(), m["recompute_s"]))
-        progress(name, i - warm + 1, args.repeats, steps[-1][:2], clock)
-    wall, cpu, prefill = min(steps[warm:])
+        steps.append((*clock.read(), clock.fresh_gib(), m["recompute_s"]))
+        progress(name, i - warm + 1, args.repeats, steps[-1][:3], clock)
+    wall, cpu, fresh, prefill = min(steps[warm:])
     del trainer
-    return Row(name, wall, cpu, prefill, peak_rss_gib())
+    return Row(name, wall, cpu, prefill, peak_rss_gib(), fresh)
 
 
 class Clock:
@@ -263,11 +272,12 @@ class Clock:
         return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults) * 4096 / 2**30
 
 
-def progress(name: str, i: int, repeats: int, step: tuple[float, float], clock: Clock) -> None:
+def progress(
+    name: str, i: int, repeats: int, step: tuple[float, float, float], clock: Clock
+) -> None:
     label = "warm-up (compiles)" if i <= 0 else f"step {i}/{repeats}"
     print(
-        f"  {name}: {label} {step[0]:.2f} s, CPU {step[1]:.2f} s, fresh pages "
-        f"{clock.fresh_gib():.1f} GiB",
+        f"  {name}: {label} {step[0]:.2f} s, CPU {step[1]:.2f} s, fresh pages {step[2]:.1f} GiB",
         file=sys.stderr,
         flush=True,
     )
@@ -293,14 +303,10 @@ def fits(label: str, cfg: ModelConfig, min_free: float) -> str | None:
 
 def run_dtype(cfg: ModelConfig, args: argparse.Namespace) -> list[Row]:
     rows = []
-    variants = [
-        ("rlx lag 0 (default: fused)", False, True),
-        ("rlx lag 1, aligned (default)", True, True),
-        ("rlx lag 1, aligned off", True, False),
-    ]
     reset_peak_rss()
-    rows.append(floor_row(cfg, args))
-    for name, stale, aligned in variants:
+    if "floor" in args.rows:
+        rows.append(floor_row(cfg, args))
+    for name, stale, aligned in [ROWS[r] for r in ROWS if r in args.rows]:
         gc.collect()
         reset_peak_rss()
         rows.append(rlx_row(name, cfg, args, stale=stale, aligned=aligned))
@@ -317,7 +323,15 @@ def main() -> int:
     parser.add_argument("--seq", type=int, default=None, help="tokens per sample")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--min-free-gib", type=float, default=3.0)
+    parser.add_argument(
+        "--rows",
+        default="floor," + ",".join(ROWS),
+        help=f"comma-separated, of floor,{','.join(ROWS)} (ratios need the floor)",
+    )
     args = parser.parse_args()
+    args.rows = args.rows.split(",")
+    if unknown := set(args.rows) - {"floor", *ROWS}:
+        parser.error(f"--rows: unknown {sorted(unknown)}; choose from floor,{','.join(ROWS)}")
     if args.model == "demo":
         base, shape, args.prompt_tokens = demo_shape()
     else:
@@ -357,15 +371,16 @@ def main() -> int:
     print(f"uptime before: {before}")
     print(f"uptime after:  {after}")
     head = f"{'s/step':>9}{'tokens/s':>10}{'x floor':>9}{'CPU s':>8}{'π_old prefill s':>17}"
-    print(f"{'':32}{head}{'peak RSS GiB':>14}")
+    print(f"{'':32}{head}{'fresh GiB':>11}{'peak RSS GiB':>14}")
     for dtype, rows in results.items():
         print(f"{dtype} matmuls")
-        floor = rows[0].seconds
+        floor = rows[0].seconds if "floor" in args.rows else None
         for r in rows:
             prefill = "-" if r.prefill is None else f"{r.prefill:.3f}"
+            ratio = "-" if floor is None else f"{r.seconds / floor:.2f}"
             print(
                 f"  {r.name:30}{r.seconds:>9.3f}{tokens / r.seconds:>10.0f}"
-                f"{r.seconds / floor:>9.2f}{r.cpu:>8.1f}{prefill:>17}{r.peak_gib:>14.1f}"
+                f"{ratio:>9}{r.cpu:>8.1f}{prefill:>17}{r.fresh_gib:>11.1f}{r.peak_gib:>14.1f}"
             )
     return 0
 
