@@ -122,10 +122,17 @@ def dense(x: jax.Array, layer: dict[str, jax.Array], name: str, dtype: jnp.dtype
     """x [..., in] times the layer's weight `name`, held either as the kernel `name` [in, out]
     or output-major as `name_t` [out, in] (the inference engine's form, whose decode runs with
     the activations transposed: see `rlx_model.paged.paged_decode_steps`): both operands in
-    `dtype`, the product accumulated and returned in float32."""
+    `dtype`, the product accumulated and returned in float32.
+
+    The kernel form multiplies x flattened to 2-D, [rows, in] @ [in, out]: the forward is the
+    same matmul bit for bit, and the gradient's weight term is one 2-D matmul, where with
+    x [B, T, in] XLA's CPU backward first made transposed copies of the activation gradients."""
     transposed = layer.get(name + "_t")
     x = x.astype(dtype)
     f32 = jnp.float32
     if transposed is not None:
         return jnp.einsum("...i,oi->...o", x, transposed.astype(dtype), preferred_element_type=f32)
-    return jnp.matmul(x, layer[name].astype(dtype), preferred_element_type=f32)
+    kernel = layer[name]
+    rows = x.reshape(-1, x.shape[-1])
+    out = jnp.matmul(rows, kernel.astype(dtype), preferred_element_type=f32)
+    return out.reshape(*x.shape[:-1], kernel.shape[-1])
