@@ -250,7 +250,9 @@ def test_an_update_writes_into_an_older_state_never_into_the_one_it_starts_from(
     for i in range(3):
         clean.train_step(rl_batch(i, version=i))
     assert_bit_equal(t.state.params, clean.state.params)
-    for a, b in zip(jax.tree.leaves(t.state.opt_state), jax.tree.leaves(clean.state.opt_state)):
+    for a, b in zip(
+        jax.tree.leaves(t.state.opt_state), jax.tree.leaves(clean.state.opt_state), strict=True
+    ):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
 
 
@@ -262,3 +264,4 @@ def test_the_reference_model_is_never_an_update_s_spare() -> None:
         t.train_step(rl_batch(i, version=i))
     assert _deleted(t.reference) == {False}
     assert_bit_equal(t.reference, _unflat(ref))
+
