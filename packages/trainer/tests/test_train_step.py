@@ -264,4 +264,3 @@ def test_the_reference_model_is_never_an_update_s_spare() -> None:
         t.train_step(rl_batch(i, version=i))
     assert _deleted(t.reference) == {False}
     assert_bit_equal(t.reference, _unflat(ref))
-
