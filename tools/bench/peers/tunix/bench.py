@@ -272,6 +272,12 @@ def run_tunix(work: Path, python: str, plan_path: Path) -> dict[str, Any]:
     }
 
 
+def _load(r: dict[str, Any]) -> str:
+    """The run's load averages before -> after, from its `uptime` lines."""
+    before, after = (r[k].split("average:")[-1].strip() for k in ("uptime_before", "uptime_after"))
+    return f"{before} -> {after}"
+
+
 def _fmt(v: float | None, digits: int = 4) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
@@ -286,9 +292,7 @@ def table(runs: list[dict[str, Any]], steps: int) -> str:
         held = ", ".join(
             f"{k}: {v:.3f}" for k, v in sorted(r["heldout"].items(), key=lambda x: int(x[0]))
         )
-        load = f"{r['uptime_before'].split('average:')[-1].strip()} -> " + (
-            r["uptime_after"].split("average:")[-1].strip()
-        )
+        load = _load(r)
         rows.append(
             f"| {i} | {r['side']} | {_fmt(r['median_step_s'])} | {_fmt(r['wall_s'] / steps)} | "
             f"{_fmt(r['median_update_s'])} | {_fmt(r['median_outside_s'])} | "
@@ -368,9 +372,11 @@ def main() -> None:
             else:
                 r = run_tunix(work, python, plan_path)
         runs.append(r)
+        # after every run, so a sequence cut short keeps what it measured
+        (out / "peer_tunix.json").write_text(json.dumps({"steps": steps, "runs": runs}, indent=1))
         print(
             f"run {i} {r['side']}: median step {_fmt(r['median_step_s'])} s, update "
-            f"{_fmt(r['median_update_s'])} s, wall {r['wall_s']:.1f} s",
+            f"{_fmt(r['median_update_s'])} s, wall {r['wall_s']:.1f} s, load {_load(r)}",
             flush=True,
         )
         if r["side"] == "rlx":
