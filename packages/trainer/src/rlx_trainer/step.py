@@ -79,6 +79,15 @@ class StepFunctions:
         self.rl_grad = jax.jit(
             jax.value_and_grad(self._rl_loss, has_aux=True), static_argnames=("max_len",)
         )
+        # A stale batch (π_old another version's params) trains through the plain forward even
+        # in aligned mode: its ratio is not 1 by design, so the remat (a second forward, 0.37x
+        # of the floor at the Qwen2.5-0.5B shape) would buy only the last bits of the lag metrics.
+        stale_loss = partial(self._rl_loss, aligned=False)
+        self.rl_grad_stale = (
+            jax.jit(jax.value_and_grad(stale_loss, has_aux=True), static_argnames=("max_len",))
+            if aligned
+            else self.rl_grad
+        )
         self.rl_grad_fused = jax.jit(
             jax.value_and_grad(self._rl_loss_fused, has_aux=True), static_argnames=("max_len",)
         )
@@ -111,6 +120,17 @@ class StepFunctions:
             donate_argnames=("spare",),
             keep_unused=True,
             out_shardings=(*state, None, None),
+        )
+        self.rl_update_stale = (
+            jax.jit(
+                partial(self._update, stale_loss),
+                static_argnames=("max_len",),
+                donate_argnames=("spare",),
+                keep_unused=True,
+                out_shardings=(*state, None, None),
+            )
+            if aligned
+            else self.rl_update
         )
         self.rl_update_fused = jax.jit(
             partial(self._update, self._rl_loss_fused),
@@ -152,11 +172,14 @@ class StepFunctions:
         ref_logp: jax.Array | None,
         *,
         max_len: int | None,
+        aligned: bool = True,
     ) -> tuple[jax.Array, tuple[Arrays, jax.Array]]:
         """The RL loss; its aux is (metrics, the training forward's log π_θ, stop-gradient):
         on a step's first update π_θ is the params the step starts from, which the trainer
-        compares with the generating version's (the policy lag)."""
-        logp, entropy = self._train_logprobs(params, mb)
+        compares with the generating version's (the policy lag). `aligned` False: the plain
+        forward, whatever the mode (a stale batch)."""
+        forward = self._train_logprobs if aligned else self._logprobs
+        logp, entropy = forward(params, mb)
         loss, metrics = self._rl_terms(logp, entropy, mb, old_logp, ref_logp, max_len)
         return loss, (metrics, sg(logp))
 

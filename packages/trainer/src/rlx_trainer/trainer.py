@@ -278,6 +278,11 @@ class Trainer:
             and self._old_source(batch) == self.state.step
         )
 
+    def _stale(self, batch: TrainBatch) -> bool:
+        """π_old is another version's params than the ones the step differentiates: the ratio
+        is not 1 by design, so the update runs the plain forward even in aligned mode."""
+        return self._old_source(batch) != self.state.step
+
     def _prefill(self, params: Params | None, fns: StepFunctions, micro: list[Arrays]) -> list[Any]:
         """Per microbatch, the prefill log-probs of `params` (None without them)."""
         if params is None:
@@ -366,7 +371,8 @@ class Trainer:
                                 params, micro[k], ref[k], max_len=max_len
                             )
                         else:
-                            (_, (mets, logp)), g = fns.rl_grad(
+                            grad = fns.rl_grad_stale if self._stale(batch) else fns.rl_grad
+                            (_, (mets, logp)), g = grad(
                                 params, micro[k], old[k], ref[k], max_len=max_len
                             )
                         if epoch == 0 and m == 0:
@@ -404,7 +410,8 @@ class Trainer:
         if old is None:
             new = fns.rl_update_fused(params, opt_state, scale, spare, mb, ref, max_len=max_len)
         else:
-            new = fns.rl_update(params, opt_state, scale, spare, mb, old[0], ref, max_len=max_len)
+            update = fns.rl_update_stale if self._stale(batch) else fns.rl_update
+            new = update(params, opt_state, scale, spare, mb, old[0], ref, max_len=max_len)
         params, opt_state, norm, (mets, logp) = new
         jax.block_until_ready(params)
         return params, opt_state, [mets], [norm], [logp]
