@@ -14,10 +14,9 @@ uses these).
 
 For b = step, step + 1, ...: the schedule's work units of every batch whose version exists are
 dispatched to the inference workers (generation runs ahead of training by `lag`; the pipeline,
-rlx_controller.pipeline); each unit's rollouts are scored and appended to the rollout log, and a
-step ends only once its batch is logged (rlx_controller.units); batch b's groups go through
-prefer-newest acceptance into one fixed-shape TrainBatch (rlx_controller.batching); TrainStep
-carries expected_step = b.
+rlx_controller.pipeline); each unit's rollouts are scored and appended to the rollout log before
+they count (rlx_controller.units); batch b's groups go through prefer-newest acceptance into one
+fixed-shape TrainBatch (rlx_controller.batching); TrainStep carries expected_step = b.
 Checkpoints every `snapshots.checkpoint_every` steps, snapshots at reload boundaries and on
 SIGTERM / Ctrl-C (rlx_controller.snapshot_writer), held-out accuracy (greedy, through the
 workers) every `eval.every` steps, one metrics line per step in `<run>/metrics.jsonl`.

@@ -13,14 +13,6 @@ One generation thread and queue per worker, so a worker's next unit starts the m
 current one ends (from one shared pool a freed thread took the next unit in dispatch order, and
 a worker sat idle until the units queued before its own had been taken), and a small pool that
 scores and logs what comes back.
-
-A newly scored unit counts the moment it is scored: its batch is built while its record is
-still being appended to the rollout log (the record as scored is the one the log returns), and
-`trained(b)` waits until every record of batch b is in the log, so the step ends, and any
-snapshot after it is written, only once its batch is logged (a snapshot taken earlier lists the
-batch's units as outstanding: a resume reads them from the log or generates them again, the
-same rollouts). At lag 0 the append (encode, write, fsync) thus runs beside the batch build and
-the train step instead of before them.
 """
 
 from __future__ import annotations
@@ -28,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from rlx_controller.batching import uniform
 from rlx_controller.schedule import Schedule, WorkUnit, budget_prompts, refill_count
@@ -39,7 +31,6 @@ from rlx_core.rollout import RolloutUnit
 
 __all__ = ["Pipeline", "Stop"]
 
-T = TypeVar("T")
 Prepared = tuple[TrainBatch, dict[str, Any], dict[str, Any]]  # batch, its figures, refill cost
 
 
@@ -75,7 +66,6 @@ class Pipeline:
         self.prepared: dict[int, Future[Prepared]] = {}
         self.halt = threading.Event()  # the loop ended: a batch being gathered stops waiting
         self.futures: dict[str, Future[RolloutUnit]] = {}
-        self.appends: dict[str, Future[None]] = {}  # a scored unit's append to the rollout log
         self.plans: dict[int, list[WorkUnit]] = {}
         self.dispatched = first - 1
         self.refill_budget = budget_prompts(cfg.batch.prompts, cfg.dynamic_sampling.budget)
@@ -100,17 +90,9 @@ class Pipeline:
             self.prepared[b + 1] = self.prep_pool.submit(self._prepare, b + 1)
 
     def trained(self, b: int) -> None:
-        """Batch b is trained: wait until its records are in the rollout log (raising an
-        append's error), then forget its units."""
-        units = self.plans[b]
-        for u in units:
-            append = self.appends.get(u.unit_id)
-            if append is not None:
-                self._wait(append)
-        del self.plans[b]
-        for u in units:
+        """Batch b is trained: forget its units."""
+        for u in self.plans.pop(b):
             self.futures.pop(u.unit_id, None)
-            self.appends.pop(u.unit_id, None)
 
     def outstanding(self) -> list[WorkUnit]:
         """The units dispatched for batches not trained yet."""
@@ -129,65 +111,44 @@ class Pipeline:
     def _prepare(self, b: int) -> Prepared:
         """Batch b from its units' scored rollouts (waiting for them), after dynamic sampling's
         refills."""
-        records = [self._wait(self.futures[u.unit_id]) for u in self.plans[b]]
+        records = []
+        for u in self.plans[b]:
+            while True:
+                try:
+                    records.append(self.futures[u.unit_id].result(timeout=0.5))
+                    break
+                except TimeoutError:
+                    if self.stop.is_set() or self.halt.is_set():
+                        raise Stop from None
         refill = self._refill(b, records) if self.cfg.dynamic_sampling_enabled else {}
         with self.stage("build_batch"):
             batch, info = self.build(b, records)
         return batch, info, refill
 
-    def _wait(self, future: Future[T]) -> T:
-        """future's result; Stop once the run is asked to stop or the loop has ended."""
-        while True:
-            try:
-                return future.result(timeout=0.5)
-            except TimeoutError:
-                if self.stop.is_set() or self.halt.is_set():
-                    raise Stop from None
-
     def _submit(self, unit: WorkUnit) -> Future[RolloutUnit]:
         """`run_unit` in two stages: generation on its worker's own thread (mostly waiting on
         the RPC), then scoring and logging on the smaller post pool, so a worker's thread is
         free for its next unit the moment its reply is in, and few threads compete for the
-        interpreter. The future holds the record that counts (or the stage's error); a unit
-        never logged before has it once scored, and its append goes on in `appends`."""
+        interpreter. The future holds the logged record (or the stage's error)."""
         done: Future[RolloutUnit] = Future()
         units = self.units
-        append: Future[None] = Future()
-        self.appends[unit.unit_id] = append
-
-        def failed(e: BaseException) -> None:
-            """The unit's error, on `done` when it has no record yet, else on its append."""
-            if done.done():
-                append.set_exception(e)
-            else:
-                done.set_exception(e)
-                append.set_result(None)  # nothing to wait for: the batch never builds
 
         def post(result: Any) -> None:
-            with self.stage("score+log stage"):
-                try:
-                    record = units.score(unit, result)
-                    if units.never_logged(unit):
-                        done.set_result(record)
-                        units.log(unit, record)
-                    else:  # a torn record to replace: the log says which record counts
-                        done.set_result(units.log(unit, record))
-                except BaseException as e:
-                    failed(e)
-                else:
-                    append.set_result(None)
+            try:
+                done.set_result(units.score_and_log(unit, result))
+            except BaseException as e:
+                done.set_exception(e)
 
         def gen() -> None:
             try:
                 logged = units.logged_record(unit)
                 if logged is not None:
                     done.set_result(logged)
-                    append.set_result(None)
                     return
                 result = units.generate(unit)
                 self.post_pool.submit(post, result)
             except BaseException as e:
-                failed(e)
+                done.set_exception(e)
 
         self.gen_pools[units.worker_of(unit)].submit(gen)
         return done

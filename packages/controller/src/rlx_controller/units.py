@@ -153,36 +153,24 @@ class TrainingUnits:
         with self.stage("gen stage"):
             return self.runner.generate(self.worker_of(unit), self.gen_unit(unit))
 
-    def score(self, unit: WorkUnit, result: Any) -> RolloutUnit:
-        """A generated unit's rollouts verified: its record, not logged yet (`log`)."""
-        prompts = [self.datasets[ref.dataset].prompt(ref.row) for ref in unit.prompts]
-        judged = self.runner.judge(unit.unit_id, prompts, result, unit.index)
-        return RolloutUnit.of(
-            unit.to_dict(),
-            prompts=[ref.id for ref in unit.prompts],
-            # the prompts' token ids as generated from: the batch is built from these, never
-            # again from the text (the record's field is named prompt_ids)
-            prompt_ids=[self.prompt_tokens.ids(ref.dataset, ref.row) for ref in unit.prompts],
-            result=result,
-            texts=judged.texts,
-            verdicts=judged.verdicts,
-            tests_total=[p.code.total_tests if p.code else 0 for p in prompts],
-            verify_s=judged.verify_s,
-        )
-
-    def never_logged(self, unit: WorkUnit) -> bool:
-        """No record of `unit` was listed at the (re)start: its new record is the one that
-        counts, as scored (RolloutLog.append returns a freshly written record as given)."""
-        return unit.unit_id not in self.logged
-
-    def log(self, unit: WorkUnit, record: RolloutUnit) -> RolloutUnit:
-        """Append `record` to the rollout log; the record that counts for `unit`."""
-        return self.rollouts.append(record, known_absent=self.never_logged(unit))
-
     def score_and_log(self, unit: WorkUnit, result: Any) -> RolloutUnit:
         """Verify a generated unit's rollouts and append them to the rollout log."""
         with self.stage("score+log stage"):
-            return self.log(unit, self.score(unit, result))
+            prompts = [self.datasets[ref.dataset].prompt(ref.row) for ref in unit.prompts]
+            judged = self.runner.judge(unit.unit_id, prompts, result, unit.index)
+            record = RolloutUnit.of(
+                unit.to_dict(),
+                prompts=[ref.id for ref in unit.prompts],
+                # the prompts' token ids as generated from: the batch is built from these,
+                # never again from the text (the record's field is named prompt_ids)
+                prompt_ids=[self.prompt_tokens.ids(ref.dataset, ref.row) for ref in unit.prompts],
+                result=result,
+                texts=judged.texts,
+                verdicts=judged.verdicts,
+                tests_total=[p.code.total_tests if p.code else 0 for p in prompts],
+                verify_s=judged.verify_s,
+            )
+            return self.rollouts.append(record, known_absent=unit.unit_id not in self.logged)
 
     def run_unit(self, unit: WorkUnit) -> RolloutUnit:
         """A unit's scored rollouts: from the rollout log when logged, else generated, scored and
