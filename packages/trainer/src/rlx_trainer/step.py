@@ -111,40 +111,23 @@ class StepFunctions:
             keep_unused=True,
             out_shardings=(*state, None),
         )  # (params, opt_state, grads, scale, spare optimizer state or None)
+
         # One update from one microbatch, its gradient and AdamW in one jit (epochs =
         # minibatches = grad_accum = 1, every step of the default config): the gradients never
         # leave it. Bit-identical to the gradient function followed by `apply`.
-        self.rl_update = jax.jit(
-            partial(self._update, self._rl_loss),
-            static_argnames=("max_len",),
-            donate_argnames=("spare",),
-            keep_unused=True,
-            out_shardings=(*state, None, None),
-        )
-        self.rl_update_stale = (
-            jax.jit(
-                partial(self._update, stale_loss),
-                static_argnames=("max_len",),
+        def one_jit(loss: Callable[..., Any], static: tuple[str, ...] = ("max_len",)) -> Any:
+            return jax.jit(
+                partial(self._update, loss),
+                static_argnames=static,
                 donate_argnames=("spare",),
                 keep_unused=True,
                 out_shardings=(*state, None, None),
             )
-            if aligned
-            else self.rl_update
-        )
-        self.rl_update_fused = jax.jit(
-            partial(self._update, self._rl_loss_fused),
-            static_argnames=("max_len",),
-            donate_argnames=("spare",),
-            keep_unused=True,
-            out_shardings=(*state, None, None),
-        )
-        self.sft_update = jax.jit(
-            partial(self._update, self._sft_loss),
-            donate_argnames=("spare",),
-            keep_unused=True,
-            out_shardings=(*state, None, None),
-        )
+
+        self.rl_update = one_jit(self._rl_loss)
+        self.rl_update_stale = one_jit(stale_loss) if aligned else self.rl_update
+        self.rl_update_fused = one_jit(self._rl_loss_fused)
+        self.sft_update = one_jit(self._sft_loss, static=())
 
     def _logprobs(self, params: Params, mb: Arrays) -> tuple[jax.Array, jax.Array]:
         """log π(token t | tokens < t) and the entropy of that distribution, [n, S] each."""
